@@ -1,0 +1,8 @@
+"""ipxbridge: make old LAN games find each other across modern networks.
+
+The package is layered; imports only point inward (house style A.3):
+``wire`` (pure codecs) <- ``policy`` (pure decisions, clock passed in) <- ``io`` / ``obs``
+(thin asyncio and accounting) <- ``config`` / ``app`` / ``cli``.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,301 @@
+"""Configuration: one YAML file, environment overrides, validated all at once.
+
+Order of precedence (house style rule 12): the embedded defaults, then the YAML file, then
+``IPXBRIDGE_<SECTION>__<KEY>`` environment variables, then command-line flags (applied by
+the CLI). Validation reports **every** error as ``FILE:LINE: path.to.key: message``; unknown
+keys are errors. The result is immutable.
+"""
+
+import ipaddress
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ipxbridge.errors import IpxbridgeError
+from ipxbridge.wire.ipx import DEFAULT_FILTERED_SOCKETS
+
+DEFAULT_IPX_PORT: Final = 213  # IANA "ipx" port, RFC 1234
+
+DEFAULT_CONFIG_YAML: Final = """\
+# ipxbridge configuration. Every key is optional; these are the defaults.
+ipx:
+  # UDP address of the IPX tunnel (RFC 1234 peers and DOSBox clients), or "off".
+  listen: "0.0.0.0:213"
+  # Static RFC 1234 peers, e.g. other ipxbridges at other sites: "host[:port]".
+  peers: []
+  # DOSBox-protocol clients (DOSBox, DOSBox-X, dosemu2, IPXWrapper, vanilla-utilities).
+  max_clients: 256
+  idle_timeout: 600        # seconds without any packet before a client is forgotten
+  keepalive_interval: 5    # seconds of silence before the bridge pings a client
+  answer_pings: true       # answer "ipxnet ping" so a lone client sees the server
+  # Loop protection between bridges: copies arriving via another port within this window
+  # are dropped; identical packets via the same port always pass.
+  dedup_window: 2.0
+  # Never relay NetBIOS/SMB/NCP/SAP/RIP/SNMP sockets (file sharing, not games).
+  filter_sockets: true
+logging:
+  level: info              # debug | info | warning | error
+  format: text             # text | json
+"""
+
+
+class ConfigError(IpxbridgeError):
+    """The configuration is invalid; ``errors`` holds one ``FILE:LINE: path: message`` each."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A parsed ``host[:port]``."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_host_port(text: str, default_port: int = DEFAULT_IPX_PORT) -> HostPort:
+    """Parse ``host[:port]`` (IPv4 literal or name).
+
+    Raises:
+        ValueError: with a sentence a person can act on.
+    """
+    text = text.strip()
+    if not text:
+        raise ValueError("empty address")
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = text, ""
+    if not host:
+        raise ValueError(f"{text!r} has no host")
+    port = default_port
+    if port_text:
+        if not port_text.isdigit():
+            raise ValueError(f"port {port_text!r} in {text!r} is not a number")
+        port = int(port_text)
+    if not 0 < port < 65536:
+        raise ValueError(f"port {port} in {text!r} is outside 1-65535")
+    if not re.fullmatch(r"[A-Za-z0-9.\-_]+", host):
+        raise ValueError(f"{host!r} is not an IPv4 address or host name")
+    return HostPort(host, port)
+
+
+def resolve_ipv4(hp: HostPort) -> tuple[str, int]:
+    """Resolve a host name to an IPv4 address (IPv4 literals pass through).
+
+    Raises:
+        ValueError: the name does not resolve to IPv4.
+    """
+    try:
+        return (str(ipaddress.IPv4Address(hp.host)), hp.port)
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(hp.host, hp.port, socket.AF_INET, socket.SOCK_DGRAM)
+    except OSError as exc:
+        raise ValueError(f"cannot resolve {hp.host!r}: {exc}") from None
+    return (str(infos[0][4][0]), hp.port)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_listen(value: str) -> str:
+    if value.strip().lower() == "off":
+        return "off"
+    hp = parse_host_port(value)
+    ipaddress.IPv4Address(hp.host)  # a bind address must be a literal
+    return str(hp)
+
+
+class IpxSection(_Model):
+    """The IPX-over-UDP tunnel."""
+
+    listen: str = f"0.0.0.0:{DEFAULT_IPX_PORT}"
+    peers: tuple[str, ...] = ()
+    max_clients: Annotated[int, Field(ge=1, le=65_536)] = 256
+    idle_timeout: Annotated[float, Field(gt=0, le=86_400)] = 600.0
+    keepalive_interval: Annotated[float, Field(gt=0, le=3_600)] = 5.0
+    answer_pings: bool = True
+    dedup_window: Annotated[float, Field(ge=0, le=60)] = 2.0
+    filter_sockets: bool = True
+    filtered_sockets: tuple[Annotated[int, Field(ge=0, le=0xFFFF)], ...] = tuple(
+        sorted(DEFAULT_FILTERED_SOCKETS)
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        try:
+            return _check_listen(value)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (expected ADDR:PORT or off)") from None
+
+    @field_validator("peers")
+    @classmethod
+    def _peers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(str(parse_host_port(v)) for v in value)
+
+
+class LoggingSection(_Model):
+    """Log output."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["text", "json"] = "text"
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:  # noqa: ANN401 - pydantic hands over raw YAML
+        return value.lower() if isinstance(value, str) else value
+
+
+class Config(_Model):
+    """The whole configuration."""
+
+    ipx: IpxSection = IpxSection()
+    logging: LoggingSection = LoggingSection()
+
+
+# --- loading ------------------------------------------------------------------------------
+
+ENV_PREFIX: Final = "IPXBRIDGE_"
+
+
+def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """Map ``IPXBRIDGE_SECTION__KEY=value`` to a nested dict; values are parsed as YAML."""
+    out: dict[str, Any] = {}
+    errors: list[str] = []
+    for name, raw in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
+        if any(not p for p in parts):
+            errors.append(f"environment {name}: malformed variable name")
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out, errors
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _line_of(root: yaml.Node | None, path: tuple[int | str, ...]) -> int | None:
+    """1-based line of the YAML node at ``path`` (or of its deepest existing parent)."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if key_node.value == part:
+                    # an unknown key is reported on the key's own line
+                    line = key_node.start_mark.line + 1
+                    node = value_node
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return line
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def load_config(
+    path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> Config:
+    """Load and validate the configuration.
+
+    Args:
+        path: a YAML file, or None for the embedded defaults.
+        environ: environment for ``IPXBRIDGE_*`` overrides (default: ``os.environ``).
+        flags: nested overrides from the command line (already checked by the CLI).
+
+    Raises:
+        ConfigError: every problem found, each as ``FILE:LINE: path: message``.
+    """
+    env = os.environ if environ is None else environ
+    label = str(path) if path is not None else "<default config>"
+    text = DEFAULT_CONFIG_YAML
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError([f"{label}: cannot read: {exc.strerror}"]) from None
+        except UnicodeDecodeError:
+            raise ConfigError([f"{label}: not UTF-8 text"]) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{label}:{mark.line + 1}" if mark is not None else label
+        raise ConfigError([f"{where}: YAML syntax error: {exc.problem}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{label}: YAML error: {exc}"]) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([f"{label}:1: the top level must be a mapping of sections"])
+    overrides, errors = _env_overrides(env)
+    merged = _merge(data, overrides)
+    if flags:
+        merged = _merge(merged, flags)
+    try:
+        return Config.model_validate(merged)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            dotted = ".".join(str(p) for p in loc) or "(top level)"
+            if _is_env_override(loc, overrides):
+                where = "environment " + ENV_PREFIX + "__".join(str(p).upper() for p in loc)
+            else:
+                line = _line_of(root, loc)
+                where = f"{label}:{line}" if line is not None else label
+            message = str(err["msg"]).removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                message = "unknown key"
+            elif "input" in err and not isinstance(err["input"], dict | list):
+                message += f" (got {err['input']!r})"
+            errors.append(f"{where}: {dotted}: {message}")
+        raise ConfigError(errors) from None
+
+
+def _is_env_override(loc: tuple[int | str, ...], overrides: Mapping[str, Any]) -> bool:
+    node: Any = overrides
+    for part in loc:
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        else:
+            return False
+    return True

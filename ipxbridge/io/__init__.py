@@ -1,0 +1,1 @@
+"""Thin, impure I/O: sockets and timers around the pure policy."""

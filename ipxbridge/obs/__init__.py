@@ -1,0 +1,1 @@
+"""Observability: in-process accounting, logging setup (and later the Prometheus exposition)."""

@@ -1,0 +1,67 @@
+"""Log setup: readable text by default, one JSON object per line with ``--log-format json``."""
+
+import json
+import logging
+import sys
+import time
+from typing import Final
+
+TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, for log shippers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render the record as a JSON line."""
+        out = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    """Configure the root logger once; safe to call again (e.g. on reload)."""
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+class RateLimiter:
+    """Token bucket for log lines: at most ``burst`` at once, ``rate`` per second after.
+
+    Keeps a flood of registrations or malformed packets from flooding the log
+    (reliability.md R3: logs at most about one line per second per reason).
+    """
+
+    __slots__ = ("burst", "rate", "suppressed", "_stamp", "_tokens")
+
+    def __init__(self, rate: float = 1.0, burst: int = 10) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._tokens = float(burst)
+        self._stamp = 0.0
+        self.suppressed = 0
+
+    def allow(self, now: float) -> bool:
+        """Take a token if one is available; count the line as suppressed otherwise."""
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        self.suppressed += 1
+        return False

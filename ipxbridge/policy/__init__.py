@@ -1,0 +1,1 @@
+"""Pure decisions: switching, duplicate suppression. The clock is always passed in."""

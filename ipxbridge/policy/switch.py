@@ -1,0 +1,386 @@
+"""The IPX switch: who is connected, and where each datagram goes.
+
+This module owns the switching rules (h11 ``_state.py`` style); it is pure: no sockets, no
+clock (``now`` is a parameter), no logging. ``IpxSwitch.handle`` turns one received datagram
+into a ``Decision``; ``IpxSwitch.tick`` produces keepalives and expiries.
+
+Ports are UDP addresses of two kinds:
+
+* **DOSBox-protocol clients** (DOSBox, DOSBox-X, dosemu2, IPXWrapper, real DOS via
+  vanilla-utilities) register first (protocols.md 4.2). Their node is the DOSBox convention,
+  IPv4 address + UDP port, so ``ipxnet ping`` prints real addresses.
+* **RFC 1234 peers** are configured statically (other ipxbridges, other RFC 1234 routers).
+  They need no registration. Nodes seen behind a peer are learned with an expiry.
+
+Rules, in the order they are applied:
+
+1. Malformed datagrams are dropped with the codec's reason (``ipx.parse_header``).
+2. An unknown address may only register; anything else from it is ``unregistered``. Nothing is
+   sent to a new address before its registration reply (DOSBox takes the first datagram it
+   receives as the reply, protocols.md 4.2).
+3. A client's packets must carry the source node assigned to it (``spoofed_source``), as
+   ipxbox does (reliability.md I3). A packet from a peer whose source node belongs to a local
+   client has gone round a loop (``loop``).
+4. Pings to socket 2 and packets addressed to the bridge's own node are answered or consumed
+   locally; broadcast pings are also forwarded so every other client answers.
+5. Sockets of the configured filter (file sharing and management) are never relayed.
+6. Loop copies are suppressed (``dedup.DuplicateFilter``); the hop count is incremented on
+   every forward and a packet reaching 16 is discarded (IPX routing rule).
+7. Broadcast goes to every port except the ingress; unicast to the port that owns the node;
+   an unknown unicast is flooded like a broadcast and marked ``flooded``.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+from ipxbridge.policy.dedup import DuplicateFilter
+from ipxbridge.wire.errors import WireError
+from ipxbridge.wire.ipx import (
+    BROADCAST_NODE,
+    DEFAULT_FILTERED_SOCKETS,
+    MAX_HOPS,
+    ZERO_NODE,
+    IpxHeader,
+    build_ping,
+    build_ping_reply,
+    build_registration_reply,
+    dosbox_node,
+    parse_header,
+    rfc1234_node,
+    with_hops,
+)
+
+Address = tuple[str, int]
+
+
+class Outcome(StrEnum):
+    """What became of a received datagram. Every datagram gets exactly one."""
+
+    FORWARDED = "forwarded"  # relayed to one or more ports
+    CONTROL = "control"  # handled by the bridge itself (registration, ping, keepalive reply)
+    DROPPED = "dropped"  # discarded; ``Decision.reason`` says why
+
+
+# Closed set of drop reasons the policy can give, besides the codec's WIRE_REASONS.
+POLICY_DROP_REASONS: Final[tuple[str, ...]] = (
+    "unregistered",
+    "spoofed_source",
+    "clients_full",
+    "unexpected_registration",
+    "loop",
+    "duplicate",
+    "filtered_socket",
+    "to_bridge",
+    "destination_on_ingress",
+    "no_destination",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The result of handling one datagram.
+
+    Attributes:
+        outcome: forwarded, control or dropped.
+        reason: for drops the drop reason; for control the kind of control packet; for
+            forwards ``broadcast``, ``unicast`` or ``flooded``.
+        packet: the bytes to send to every address in ``targets`` (None when not forwarding).
+        targets: where ``packet`` goes.
+        replies: packets the bridge itself sends back, each with its address.
+    """
+
+    outcome: Outcome
+    reason: str
+    packet: bytes | None = None
+    targets: tuple[Address, ...] = ()
+    replies: tuple[tuple[bytes, Address], ...] = ()
+
+
+@dataclass(slots=True)
+class Client:
+    """A registered DOSBox-protocol client."""
+
+    addr: Address
+    node: bytes
+    server_node: bytes  # the bridge's node as this client sees it (pings come from here)
+    registered_at: float
+    last_seen: float
+    verified: bool = False  # has sent anything since registering (a 2-way exchange happened)
+    probes: int = 0  # keepalives sent since it was last heard from
+    last_keepalive: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """A statically configured RFC 1234 peer."""
+
+    addr: Address
+    node: bytes  # RFC 1234 host number: 00 00 + IPv4
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchEvent:
+    """Something an operator wants in the log (registration, expiry...)."""
+
+    kind: str  # registered | reregistered | expired | unverified | shutdown
+    addr: Address
+    node: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchSettings:
+    """Tunables of the switch (all times in seconds)."""
+
+    max_clients: int = 256
+    idle_timeout: float = 600.0  # a client silent this long is forgotten (ipxbox: 10 min)
+    keepalive_interval: float = 5.0  # ping clients that were silent this long
+    unverified_probes: int = 3  # keepalives an unanswered registration gets before expiry
+    dedup_window: float = 2.0
+    dedup_max_entries: int = 65_536
+    learned_node_ttl: float = 300.0
+    max_learned_nodes: int = 4_096
+    filtered_sockets: frozenset[int] = field(default=DEFAULT_FILTERED_SOCKETS)
+    answer_pings: bool = True
+
+
+def _drop(reason: str) -> Decision:
+    return Decision(Outcome.DROPPED, reason)
+
+
+class IpxSwitch:
+    """The switching state machine. See the module docstring for the rules."""
+
+    def __init__(
+        self,
+        settings: SwitchSettings,
+        peers: tuple[Address, ...] = (),
+        server_node_for: Callable[[Address], bytes] | None = None,
+    ) -> None:
+        """Create a switch.
+
+        Args:
+            settings: tunables.
+            peers: static RFC 1234 peer addresses (resolved IPv4, port).
+            server_node_for: gives the bridge's node as seen by a new client (the I/O layer
+                looks up the local address the client reached). Defaults to all zero.
+        """
+        self.settings = settings
+        self._server_node_for = server_node_for or (lambda _addr: ZERO_NODE)
+        self.clients: dict[Address, Client] = {}
+        self.peers: dict[Address, Peer] = {}
+        self._client_by_node: dict[bytes, Client] = {}
+        self._static_nodes: dict[bytes, Address] = {}
+        # node -> (peer address, time learned); insertion order = age
+        self._learned: dict[bytes, tuple[Address, float]] = {}
+        self._ports: tuple[Address, ...] = ()
+        self._dedup: DuplicateFilter[Address] = DuplicateFilter(
+            settings.dedup_window, settings.dedup_max_entries
+        )
+        self._events: list[SwitchEvent] = []
+        for addr in peers:
+            self.add_peer(addr)
+
+    # --- membership ------------------------------------------------------------------------
+
+    def add_peer(self, addr: Address) -> None:
+        """Add a static RFC 1234 peer (idempotent)."""
+        peer = Peer(addr, rfc1234_node(addr[0]))
+        self.peers[addr] = peer
+        self._static_nodes[peer.node] = addr
+        self._rebuild_ports()
+
+    def _rebuild_ports(self) -> None:
+        self._ports = (*self.clients, *self.peers)
+
+    def _register(self, addr: Address, now: float) -> Decision:
+        client = self.clients.get(addr)
+        if client is not None:
+            # Idempotent: same node, the reply is simply sent again (the first may be lost).
+            client.last_seen = now
+            self._events.append(SwitchEvent("reregistered", addr, client.node))
+        else:
+            if len(self.clients) >= self.settings.max_clients:
+                return _drop("clients_full")
+            node = dosbox_node(addr[0], addr[1])
+            client = Client(addr, node, self._server_node_for(addr), now, now,
+                            last_keepalive=now)
+            self.clients[addr] = client
+            self._client_by_node[node] = client
+            self._rebuild_ports()
+            self._events.append(SwitchEvent("registered", addr, node))
+        reply = build_registration_reply(client.node, client.server_node)
+        return Decision(Outcome.CONTROL, "registration", replies=((reply, addr),))
+
+    def remove_client(self, addr: Address, kind: str) -> None:
+        """Forget a client (expiry, shutdown) and log why."""
+        client = self.clients.pop(addr, None)
+        if client is None:
+            return
+        self._client_by_node.pop(client.node, None)
+        self._rebuild_ports()
+        self._events.append(SwitchEvent(kind, addr, client.node))
+
+    def pop_events(self) -> list[SwitchEvent]:
+        """Return and clear the events recorded since the last call."""
+        events, self._events = self._events, []
+        return events
+
+    # --- the datagram path -----------------------------------------------------------------
+
+    def handle(self, data: bytes, src: Address, now: float) -> Decision:
+        """Decide what to do with one datagram received from ``src``.
+
+        Never raises for remote input: malformed datagrams become drops with a reason.
+        """
+        try:
+            header = parse_header(data)
+        except WireError as exc:
+            return _drop(exc.reason)
+        client = self.clients.get(src)
+        if client is not None:
+            return self._from_client(client, header, data, now)
+        if src in self.peers:
+            return self._from_peer(src, header, data, now)
+        if header.is_registration:
+            return self._register(src, now)
+        return _drop("unregistered")
+
+    def _from_client(self, client: Client, header: IpxHeader, data: bytes,
+                     now: float) -> Decision:
+        client.last_seen = now
+        if header.is_registration:
+            return self._register(client.addr, now)
+        # Any other packet proves the address is really there (a 2-way exchange).
+        client.verified = True
+        client.probes = 0
+        if header.is_shutdown:
+            self.remove_client(client.addr, "shutdown")
+            return Decision(Outcome.CONTROL, "shutdown")
+        if header.src_node != client.node and not (
+            header.is_coalesced and header.src_node == ZERO_NODE
+        ):
+            return _drop("spoofed_source")
+        if header.dst_node == client.server_node:
+            # Addressed to the bridge: the answer to our keepalive, or a ping of the server.
+            if header.is_echo:
+                return Decision(Outcome.CONTROL, "ping_reply")
+            return _drop("to_bridge")
+        replies: tuple[tuple[bytes, Address], ...] = ()
+        if header.is_echo and header.is_broadcast and self.settings.answer_pings:
+            # Answer as a DOSBox client would, so a lone client can see the server is alive;
+            # the ping is still forwarded so every other client answers too.
+            replies = ((build_ping_reply(client.node, client.server_node), client.addr),)
+        return self._forward(header, data, client.addr, now, replies)
+
+    def _from_peer(self, src: Address, header: IpxHeader, data: bytes,
+                   now: float) -> Decision:
+        if header.is_registration:
+            return _drop("unexpected_registration")
+        node = header.src_node
+        if node in self._client_by_node:
+            return _drop("loop")
+        if node != BROADCAST_NODE and node != ZERO_NODE and node not in self._static_nodes:
+            learned = self._learned
+            learned.pop(node, None)
+            learned[node] = (src, now)
+            if len(learned) > self.settings.max_learned_nodes:
+                del learned[next(iter(learned))]
+        return self._forward(header, data, src, now, ())
+
+    def _lookup(self, node: bytes, now: float) -> Address | None:
+        client = self._client_by_node.get(node)
+        if client is not None:
+            return client.addr
+        static = self._static_nodes.get(node)
+        if static is not None:
+            return static
+        learned = self._learned.get(node)
+        if learned is not None and now - learned[1] < self.settings.learned_node_ttl:
+            return learned[0]
+        return None
+
+    def _forward(self, header: IpxHeader, data: bytes, ingress: Address, now: float,
+                 replies: tuple[tuple[bytes, Address], ...]) -> Decision:
+        filtered = self.settings.filtered_sockets
+        if header.dst_socket in filtered or header.src_socket in filtered:
+            return Decision(Outcome.DROPPED, "filtered_socket", replies=replies)
+        # Identity without checksum, length-independent of hop count: bytes 5.. of the packet.
+        # Python's bytes hash is keyed SipHash, so collisions cannot be crafted remotely.
+        if self._dedup.is_duplicate(hash(data[5:]), ingress, now):
+            return Decision(Outcome.DROPPED, "duplicate", replies=replies)
+        hops = header.hops + 1
+        if hops >= MAX_HOPS:
+            return Decision(Outcome.DROPPED, "hop_limit", replies=replies)
+        if header.is_broadcast:
+            kind = "broadcast"
+            targets = tuple(p for p in self._ports if p != ingress)
+        else:
+            owner = self._lookup(header.dst_node, now)
+            if owner is None:
+                kind = "flooded"
+                targets = tuple(p for p in self._ports if p != ingress)
+            elif owner == ingress:
+                return Decision(Outcome.DROPPED, "destination_on_ingress", replies=replies)
+            else:
+                kind = "unicast"
+                targets = (owner,)
+        if not targets:
+            return Decision(Outcome.DROPPED, "no_destination", replies=replies)
+        # IPXWrapper coalesced datagrams are passed on byte for byte (protocols.md section 6).
+        packet = data if header.is_coalesced else with_hops(data, hops)
+        return Decision(Outcome.FORWARDED, kind, packet, targets, replies)
+
+    # --- timers ----------------------------------------------------------------------------
+
+    def tick(self, now: float) -> list[tuple[bytes, Address]]:
+        """Expire silent clients and old records; return keepalives to send.
+
+        A client that never answered is not pinged for ever: after ``unverified_probes``
+        keepalives it is dropped, so a spoofed registration draws a bounded number of
+        packets toward its victim (reliability.md I4).
+        """
+        cfg = self.settings
+        out: list[tuple[bytes, Address]] = []
+        for client in list(self.clients.values()):
+            silent = now - client.last_seen
+            if silent >= cfg.idle_timeout:
+                self.remove_client(client.addr, "expired")
+                continue
+            if silent < cfg.keepalive_interval:
+                continue
+            if now - client.last_keepalive < cfg.keepalive_interval:
+                continue
+            if not client.verified and client.probes >= cfg.unverified_probes:
+                self.remove_client(client.addr, "unverified")
+                continue
+            client.probes += 1
+            client.last_keepalive = now
+            out.append((build_ping(client.server_node), client.addr))
+        self._dedup.purge(now)
+        ttl = cfg.learned_node_ttl
+        for node, (_, seen) in list(self._learned.items()):
+            if now - seen < ttl:
+                break
+            del self._learned[node]
+        return out
+
+    @property
+    def learned_nodes(self) -> int:
+        """How many nodes are currently known behind peers."""
+        return len(self._learned)
+
+
+# Re-exported for callers that want one import.
+__all__ = [
+    "POLICY_DROP_REASONS",
+    "Address",
+    "Client",
+    "Decision",
+    "IpxSwitch",
+    "Outcome",
+    "Peer",
+    "SwitchEvent",
+    "SwitchSettings",
+]

@@ -1,0 +1,245 @@
+"""IPX header codec and the DOSBox IPX-over-UDP control packets.
+
+Contract:
+
+* Rule 1. An IPX-over-UDP datagram is the bare 30-byte IPX header followed by the IPX data;
+  there is no extra framing (RFC 1234 figure 1, and DOSBox ``ipx.cpp``). All header fields are
+  big-endian (Novell IPX; ``shared/docs/protocols.md`` section 3.1).
+* Rule 2. ``parse_packet`` accepts a datagram only when it is at least 30 bytes long, its
+  checksum is 0xFFFF (RFC 1234: "implementations should ignore packets with any other value"),
+  its Length field equals the datagram length and its hop count is below 16 (IPX routers
+  discard a packet after 16 hops). Anything else raises ``WireError`` with the reason.
+* Rule 3. The payload is returned as a zero-copy ``memoryview`` of the datagram.
+
+Node addressing: DOSBox puts the client's IPv4 address and UDP port in the six node bytes
+(protocols.md section 3.2); RFC 1234 puts ``00 00`` followed by the IPv4 address (RFC 1234,
+"Unicast address mapping"). Both conventions are provided here.
+"""
+
+import ipaddress
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+from ipxbridge.wire.errors import WireError
+
+# RFC 1234 figure 1 / protocols.md 3.1: checksum, length, transport control, packet type,
+# destination network, node, socket, source network, node, socket.
+_HEADER: Final = struct.Struct("!HHBB4s6sH4s6sH")
+HEADER_LEN: Final = 30
+assert _HEADER.size == HEADER_LEN
+
+CHECKSUM_NONE: Final = 0xFFFF  # RFC 1234 "Reserved packets": IPX never checksums.
+MAX_HOPS: Final = 16  # IPX transport control: discarded after 16 hops.
+MAX_DATAGRAM: Final = 65_507  # largest UDP payload over IPv4.
+
+BROADCAST_NODE: Final = b"\xff" * 6
+ZERO_NODE: Final = b"\x00" * 6
+ZERO_NET: Final = b"\x00" * 4
+
+SOCKET_ECHO: Final = 0x0002  # echo / DOSBox registration and ping (protocols.md 3.1, 4.5).
+SOCKET_DPLAY_DISCOVERY: Final = 0xA57F  # DirectPlay IPX discovery socket (protocols.md 1.9).
+# vanilla-utilities' mini DOSBox server sends this to each client when it shuts down:
+# sockets 86 (decimal) on both ends, packet type 0xFF, null source address.
+SOCKET_SHUTDOWN: Final = 86
+PACKET_TYPE_SHUTDOWN: Final = 0xFF
+# IPXWrapper coalescing (protocols.md section 6): source socket 0 and packet type 2, data is a
+# run of complete IPX packets. A relay forwards these unchanged.
+PACKET_TYPE_COALESCED: Final = 2
+
+# Sockets that carry LAN file sharing and management, not games. ipxbox filters the same list
+# "which could present a security risk" (reliability.md I3): NCP, SAP, RIP, 0x454, NetBIOS;
+# NWLink SMB 0x551-0x553; SNMP over IPX 0x900F/0x9010.
+DEFAULT_FILTERED_SOCKETS: Final[frozenset[int]] = frozenset(
+    {0x0451, 0x0452, 0x0453, 0x0454, 0x0455, 0x0551, 0x0552, 0x0553, 0x900F, 0x9010}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IpxHeader:
+    """The 30-byte IPX header (protocols.md 3.1). Networks are 4 raw bytes, nodes 6."""
+
+    checksum: int
+    length: int
+    hops: int
+    packet_type: int
+    dst_net: bytes
+    dst_node: bytes
+    dst_socket: int
+    src_net: bytes
+    src_node: bytes
+    src_socket: int
+
+    @property
+    def is_broadcast(self) -> bool:
+        """True when the destination node is the all-ones broadcast node."""
+        return self.dst_node == BROADCAST_NODE
+
+    @property
+    def is_registration(self) -> bool:
+        """DOSBox registration: destination net and node zero, destination socket 2.
+
+        The packet type is ignored on purpose: DOSBox 0.74 leaves it uninitialised,
+        IPXWrapper sends 2 and vanilla-utilities 0xFF (protocols.md 4.7, "Variants").
+        """
+        return (
+            self.dst_socket == SOCKET_ECHO
+            and self.dst_node == ZERO_NODE
+            and self.dst_net == ZERO_NET
+        )
+
+    @property
+    def is_echo(self) -> bool:
+        """A DOSBox ping or ping reply: both sockets are 2 (protocols.md 4.5)."""
+        return self.dst_socket == SOCKET_ECHO and self.src_socket == SOCKET_ECHO
+
+    @property
+    def is_shutdown(self) -> bool:
+        """The vanilla-utilities shutdown packet (sockets 86, packet type 0xFF)."""
+        return (
+            self.packet_type == PACKET_TYPE_SHUTDOWN
+            and self.dst_socket == SOCKET_SHUTDOWN
+            and self.src_socket == SOCKET_SHUTDOWN
+        )
+
+    @property
+    def is_coalesced(self) -> bool:
+        """An IPXWrapper coalesced datagram (source socket 0, packet type 2)."""
+        return self.src_socket == 0 and self.packet_type == PACKET_TYPE_COALESCED
+
+
+def parse_header(data: bytes | memoryview) -> IpxHeader:
+    """Decode and validate the IPX header of one UDP datagram.
+
+    Args:
+        data: the whole UDP payload.
+
+    Returns:
+        The decoded header.
+
+    Raises:
+        WireError: ``truncated`` (< 30 bytes), ``bad_checksum`` (not 0xFFFF),
+            ``bad_length`` (Length field != datagram length) or ``hop_limit`` (>= 16 hops).
+    """
+    size = len(data)
+    if size < HEADER_LEN:
+        raise WireError("truncated", f"{size} bytes, an IPX header needs {HEADER_LEN}")
+    header = IpxHeader(*_HEADER.unpack_from(data))
+    if header.checksum != CHECKSUM_NONE:
+        raise WireError("bad_checksum", f"checksum 0x{header.checksum:04x}, expected 0xffff")
+    if header.length != size:
+        raise WireError("bad_length", f"length field {header.length} but datagram is {size}")
+    if header.hops >= MAX_HOPS:
+        raise WireError("hop_limit", f"hop count {header.hops}")
+    return header
+
+
+def parse_packet(data: bytes | memoryview) -> tuple[IpxHeader, memoryview]:
+    """Decode a datagram into its header and a zero-copy view of the IPX data.
+
+    Raises:
+        WireError: as ``parse_header``.
+    """
+    header = parse_header(data)
+    return header, memoryview(data)[HEADER_LEN:]
+
+
+def build_packet(
+    *,
+    dst_net: bytes = ZERO_NET,
+    dst_node: bytes,
+    dst_socket: int,
+    src_net: bytes = ZERO_NET,
+    src_node: bytes,
+    src_socket: int,
+    packet_type: int = 0,
+    hops: int = 0,
+    payload: bytes | memoryview = b"",
+) -> bytes:
+    """Encode an IPX packet with checksum 0xFFFF and the correct Length.
+
+    Raises:
+        ValueError: a field does not fit (local misuse, not remote input).
+    """
+    if len(dst_net) != 4 or len(src_net) != 4 or len(dst_node) != 6 or len(src_node) != 6:
+        raise ValueError("IPX networks are 4 bytes and nodes 6 bytes")
+    length = HEADER_LEN + len(payload)
+    if length > MAX_DATAGRAM:
+        raise ValueError(f"IPX packet of {length} bytes exceeds a UDP datagram")
+    head = _HEADER.pack(
+        CHECKSUM_NONE, length, hops, packet_type,
+        dst_net, dst_node, dst_socket, src_net, src_node, src_socket,
+    )
+    return head + bytes(payload)
+
+
+def with_hops(data: bytes, hops: int) -> bytes:
+    """Return a copy of an encoded packet with its transport-control (hop) byte replaced."""
+    return b"".join((data[:4], bytes((hops,)), data[5:]))
+
+
+# --- node address conventions -------------------------------------------------------------
+
+def dosbox_node(ip: str, port: int) -> bytes:
+    """DOSBox node: the client's IPv4 address then its UDP port, network order."""
+    return ipaddress.IPv4Address(ip).packed + port.to_bytes(2, "big")
+
+
+def rfc1234_node(ip: str) -> bytes:
+    """RFC 1234 host number: ``00 00`` followed by the IPv4 address."""
+    return b"\x00\x00" + ipaddress.IPv4Address(ip).packed
+
+
+def format_node(node: bytes) -> str:
+    """Render a node as colon-separated hex, the form IPX tools print."""
+    return node.hex(":")
+
+
+def format_net(net: bytes) -> str:
+    """Render a network number as 8 hex digits."""
+    return net.hex()
+
+
+# --- DOSBox protocol control packets (protocols.md section 4) -----------------------------
+
+def build_registration() -> bytes:
+    """The 30-byte registration a DOSBox client sends (protocols.md 4.2)."""
+    return build_packet(dst_node=ZERO_NODE, dst_socket=SOCKET_ECHO,
+                        src_node=ZERO_NODE, src_socket=SOCKET_ECHO)
+
+
+# The server's ack carries source network 1 (later DOSBox servers and ipxbox, protocols.md 4.3).
+SERVER_NET: Final = b"\x00\x00\x00\x01"
+
+
+def build_registration_reply(client_node: bytes, server_node: bytes) -> bytes:
+    """The server's answer: the destination node is the address assigned to the client.
+
+    DOSBox copies the destination network and node of the first datagram it receives as its
+    own address (protocols.md 4.2), so this must be the first thing a new address gets.
+    """
+    return build_packet(dst_node=client_node, dst_socket=SOCKET_ECHO,
+                        src_net=SERVER_NET, src_node=server_node, src_socket=SOCKET_ECHO)
+
+
+def build_ping(src_node: bytes) -> bytes:
+    """A broadcast echo request on socket 2; also used as the keepalive (protocols.md 4.5, 4.6).
+
+    Unlike ipxbox's keepalive (checksum and length zero) it is well-formed, so strict
+    receivers such as IPXWrapper accept it.
+    """
+    return build_packet(dst_node=BROADCAST_NODE, dst_socket=SOCKET_ECHO,
+                        src_node=src_node, src_socket=SOCKET_ECHO)
+
+
+def build_ping_reply(pinger_node: bytes, own_node: bytes) -> bytes:
+    """The unicast answer to a ping, as a DOSBox client sends it (protocols.md 4.5)."""
+    return build_packet(dst_node=pinger_node, dst_socket=SOCKET_ECHO,
+                        src_node=own_node, src_socket=SOCKET_ECHO)
+
+
+def build_shutdown(client_node: bytes) -> bytes:
+    """The vanilla-utilities server shutdown notice (sockets 86, type 0xFF)."""
+    return build_packet(dst_node=client_node, dst_socket=SOCKET_SHUTDOWN,
+                        src_node=ZERO_NODE, src_socket=SOCKET_SHUTDOWN,
+                        packet_type=PACKET_TYPE_SHUTDOWN)
