@@ -52,13 +52,18 @@ class Bridge:
                 raise StartupError(f"peer {text}: {exc}") from None
         listen = parse_host_port(ipx.listen)
         sock = open_udp_socket(listen.host, listen.port)
-        switch = IpxSwitch(switch_settings(self.config), tuple(peers),
-                           make_server_node_lookup(sock))
+        switch = IpxSwitch(
+            switch_settings(self.config), tuple(peers), make_server_node_lookup(sock)
+        )
         self.ipx = IpxEndpoint(loop, sock, switch, self.ipx_counters)
         self.ipx.start()
         peer_text = ", ".join(f"{h}:{p}" for h, p in peers) or "none"
-        logger.info("ipxbridge %s: IPX tunnel on udp %s (RFC 1234 + DOSBox), peers: %s",
-                    __version__, listen, peer_text)
+        logger.info(
+            "ipxbridge %s: IPX tunnel on udp %s (RFC 1234 + DOSBox), peers: %s",
+            __version__,
+            listen,
+            peer_text,
+        )
 
     def stop(self) -> None:
         """Close sockets and log the accounting summary."""

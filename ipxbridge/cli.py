@@ -49,12 +49,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the bridge (embedded defaults without --config)")
     run.add_argument("--config", type=Path, metavar="FILE", help="YAML configuration file")
-    run.add_argument("--ipx-listen", type=_listen_arg, metavar="ADDR:PORT|off",
-                     help="UDP address of the IPX tunnel (default 0.0.0.0:213)")
-    run.add_argument("--peer", type=_peer_arg, action="append", metavar="HOST[:PORT]",
-                     help="static RFC 1234 peer, repeatable (default port 213)")
-    run.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
-                     type=str.lower, help="log level (default info)")
+    run.add_argument(
+        "--ipx-listen",
+        type=_listen_arg,
+        metavar="ADDR:PORT|off",
+        help="UDP address of the IPX tunnel (default 0.0.0.0:213)",
+    )
+    run.add_argument(
+        "--peer",
+        type=_peer_arg,
+        action="append",
+        metavar="HOST[:PORT]",
+        help="static RFC 1234 peer, repeatable (default port 213)",
+    )
+    run.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        type=str.lower,
+        help="log level (default info)",
+    )
     run.add_argument("--log-format", choices=("text", "json"), help="log format")
 
     check = sub.add_parser("check-config", help="validate a configuration file")

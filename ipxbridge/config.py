@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ipxbridge.errors import IpxbridgeError
 from ipxbridge.wire.ipx import DEFAULT_FILTERED_SOCKETS
@@ -120,11 +120,14 @@ def _check_listen(value: str) -> str:
     return str(hp)
 
 
+PeerAddress = Annotated[str, AfterValidator(lambda v: str(parse_host_port(v)))]
+
+
 class IpxSection(_Model):
     """The IPX-over-UDP tunnel."""
 
     listen: str = f"0.0.0.0:{DEFAULT_IPX_PORT}"
-    peers: tuple[str, ...] = ()
+    peers: tuple[PeerAddress, ...] = ()
     max_clients: Annotated[int, Field(ge=1, le=65_536)] = 256
     idle_timeout: Annotated[float, Field(gt=0, le=86_400)] = 600.0
     keepalive_interval: Annotated[float, Field(gt=0, le=3_600)] = 5.0
@@ -142,11 +145,6 @@ class IpxSection(_Model):
             return _check_listen(value)
         except ValueError as exc:
             raise ValueError(f"{exc} (expected ADDR:PORT or off)") from None
-
-    @field_validator("peers")
-    @classmethod
-    def _peers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(str(parse_host_port(v)) for v in value)
 
 
 class LoggingSection(_Model):
@@ -180,7 +178,7 @@ def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, Any], list[str
     for name, raw in sorted(environ.items()):
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue
-        parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__")]
+        parts = [p.lower() for p in name[len(ENV_PREFIX) :].split("__")]
         if any(not p for p in parts):
             errors.append(f"environment {name}: malformed variable name")
             continue
@@ -258,9 +256,12 @@ def load_config(
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
+        # Point at where the construct began (e.g. an unclosed quote), not where the
+        # parser gave up, which may be the end of the file.
+        mark = exc.context_mark or exc.problem_mark
         where = f"{label}:{mark.line + 1}" if mark is not None else label
-        raise ConfigError([f"{where}: YAML syntax error: {exc.problem}"]) from None
+        what = f"{exc.context}: {exc.problem}" if exc.context else str(exc.problem)
+        raise ConfigError([f"{where}: YAML syntax error: {what}"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{label}: YAML error: {exc}"]) from None
     if data is None:

@@ -185,8 +185,9 @@ class IpxEndpoint:
                 self._send(packet, addr)
             self._log_events()
             if self._event_log.suppressed:
-                logger.warning("%d client events not logged (rate limit)",
-                               self._event_log.suppressed)
+                logger.warning(
+                    "%d client events not logged (rate limit)", self._event_log.suppressed
+                )
                 self._event_log.suppressed = 0
         finally:
             self._timer = self._loop.call_later(TICK_SECONDS, self._on_tick)

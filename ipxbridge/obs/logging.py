@@ -47,7 +47,7 @@ class RateLimiter:
     (reliability.md R3: logs at most about one line per second per reason).
     """
 
-    __slots__ = ("burst", "rate", "suppressed", "_stamp", "_tokens")
+    __slots__ = ("_stamp", "_tokens", "burst", "rate", "suppressed")
 
     def __init__(self, rate: float = 1.0, burst: int = 10) -> None:
         self.rate = rate

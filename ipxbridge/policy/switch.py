@@ -204,8 +204,7 @@ class IpxSwitch:
             if len(self.clients) >= self.settings.max_clients:
                 return _drop("clients_full")
             node = dosbox_node(addr[0], addr[1])
-            client = Client(addr, node, self._server_node_for(addr), now, now,
-                            last_keepalive=now)
+            client = Client(addr, node, self._server_node_for(addr), now, now, last_keepalive=now)
             self.clients[addr] = client
             self._client_by_node[node] = client
             self._rebuild_ports()
@@ -247,8 +246,7 @@ class IpxSwitch:
             return self._register(src, now)
         return _drop("unregistered")
 
-    def _from_client(self, client: Client, header: IpxHeader, data: bytes,
-                     now: float) -> Decision:
+    def _from_client(self, client: Client, header: IpxHeader, data: bytes, now: float) -> Decision:
         client.last_seen = now
         if header.is_registration:
             return self._register(client.addr, now)
@@ -274,14 +272,13 @@ class IpxSwitch:
             replies = ((build_ping_reply(client.node, client.server_node), client.addr),)
         return self._forward(header, data, client.addr, now, replies)
 
-    def _from_peer(self, src: Address, header: IpxHeader, data: bytes,
-                   now: float) -> Decision:
+    def _from_peer(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
         if header.is_registration:
             return _drop("unexpected_registration")
         node = header.src_node
         if node in self._client_by_node:
             return _drop("loop")
-        if node != BROADCAST_NODE and node != ZERO_NODE and node not in self._static_nodes:
+        if node not in (BROADCAST_NODE, ZERO_NODE) and node not in self._static_nodes:
             learned = self._learned
             learned.pop(node, None)
             learned[node] = (src, now)
@@ -301,8 +298,14 @@ class IpxSwitch:
             return learned[0]
         return None
 
-    def _forward(self, header: IpxHeader, data: bytes, ingress: Address, now: float,
-                 replies: tuple[tuple[bytes, Address], ...]) -> Decision:
+    def _forward(
+        self,
+        header: IpxHeader,
+        data: bytes,
+        ingress: Address,
+        now: float,
+        replies: tuple[tuple[bytes, Address], ...],
+    ) -> Decision:
         filtered = self.settings.filtered_sockets
         if header.dst_socket in filtered or header.src_socket in filtered:
             return Decision(Outcome.DROPPED, "filtered_socket", replies=replies)

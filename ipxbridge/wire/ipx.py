@@ -26,8 +26,7 @@ from ipxbridge.wire.errors import WireError
 # RFC 1234 figure 1 / protocols.md 3.1: checksum, length, transport control, packet type,
 # destination network, node, socket, source network, node, socket.
 _HEADER: Final = struct.Struct("!HHBB4s6sH4s6sH")
-HEADER_LEN: Final = 30
-assert _HEADER.size == HEADER_LEN
+HEADER_LEN: Final = _HEADER.size  # 30
 
 CHECKSUM_NONE: Final = 0xFFFF  # RFC 1234 "Reserved packets": IPX never checksums.
 MAX_HOPS: Final = 16  # IPX transport control: discarded after 16 hops.
@@ -167,8 +166,16 @@ def build_packet(
     if length > MAX_DATAGRAM:
         raise ValueError(f"IPX packet of {length} bytes exceeds a UDP datagram")
     head = _HEADER.pack(
-        CHECKSUM_NONE, length, hops, packet_type,
-        dst_net, dst_node, dst_socket, src_net, src_node, src_socket,
+        CHECKSUM_NONE,
+        length,
+        hops,
+        packet_type,
+        dst_net,
+        dst_node,
+        dst_socket,
+        src_net,
+        src_node,
+        src_socket,
     )
     return head + bytes(payload)
 
@@ -179,6 +186,7 @@ def with_hops(data: bytes, hops: int) -> bytes:
 
 
 # --- node address conventions -------------------------------------------------------------
+
 
 def dosbox_node(ip: str, port: int) -> bytes:
     """DOSBox node: the client's IPv4 address then its UDP port, network order."""
@@ -202,10 +210,12 @@ def format_net(net: bytes) -> str:
 
 # --- DOSBox protocol control packets (protocols.md section 4) -----------------------------
 
+
 def build_registration() -> bytes:
     """The 30-byte registration a DOSBox client sends (protocols.md 4.2)."""
-    return build_packet(dst_node=ZERO_NODE, dst_socket=SOCKET_ECHO,
-                        src_node=ZERO_NODE, src_socket=SOCKET_ECHO)
+    return build_packet(
+        dst_node=ZERO_NODE, dst_socket=SOCKET_ECHO, src_node=ZERO_NODE, src_socket=SOCKET_ECHO
+    )
 
 
 # The server's ack carries source network 1 (later DOSBox servers and ipxbox, protocols.md 4.3).
@@ -218,8 +228,13 @@ def build_registration_reply(client_node: bytes, server_node: bytes) -> bytes:
     DOSBox copies the destination network and node of the first datagram it receives as its
     own address (protocols.md 4.2), so this must be the first thing a new address gets.
     """
-    return build_packet(dst_node=client_node, dst_socket=SOCKET_ECHO,
-                        src_net=SERVER_NET, src_node=server_node, src_socket=SOCKET_ECHO)
+    return build_packet(
+        dst_node=client_node,
+        dst_socket=SOCKET_ECHO,
+        src_net=SERVER_NET,
+        src_node=server_node,
+        src_socket=SOCKET_ECHO,
+    )
 
 
 def build_ping(src_node: bytes) -> bytes:
@@ -228,18 +243,24 @@ def build_ping(src_node: bytes) -> bytes:
     Unlike ipxbox's keepalive (checksum and length zero) it is well-formed, so strict
     receivers such as IPXWrapper accept it.
     """
-    return build_packet(dst_node=BROADCAST_NODE, dst_socket=SOCKET_ECHO,
-                        src_node=src_node, src_socket=SOCKET_ECHO)
+    return build_packet(
+        dst_node=BROADCAST_NODE, dst_socket=SOCKET_ECHO, src_node=src_node, src_socket=SOCKET_ECHO
+    )
 
 
 def build_ping_reply(pinger_node: bytes, own_node: bytes) -> bytes:
     """The unicast answer to a ping, as a DOSBox client sends it (protocols.md 4.5)."""
-    return build_packet(dst_node=pinger_node, dst_socket=SOCKET_ECHO,
-                        src_node=own_node, src_socket=SOCKET_ECHO)
+    return build_packet(
+        dst_node=pinger_node, dst_socket=SOCKET_ECHO, src_node=own_node, src_socket=SOCKET_ECHO
+    )
 
 
 def build_shutdown(client_node: bytes) -> bytes:
     """The vanilla-utilities server shutdown notice (sockets 86, type 0xFF)."""
-    return build_packet(dst_node=client_node, dst_socket=SOCKET_SHUTDOWN,
-                        src_node=ZERO_NODE, src_socket=SOCKET_SHUTDOWN,
-                        packet_type=PACKET_TYPE_SHUTDOWN)
+    return build_packet(
+        dst_node=client_node,
+        dst_socket=SOCKET_SHUTDOWN,
+        src_node=ZERO_NODE,
+        src_socket=SOCKET_SHUTDOWN,
+        packet_type=PACKET_TYPE_SHUTDOWN,
+    )

@@ -1,0 +1,150 @@
+"""Configuration: every error with FILE:LINE, overrides, CLI exit codes (house style B4)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ipxbridge.cli import main
+from ipxbridge.config import DEFAULT_CONFIG_YAML, ConfigError, load_config, parse_host_port
+
+CONF = Path(__file__).parent / "conffiles"
+
+
+def errors_of(name: str, environ: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_config(CONF / name, environ or {})
+    return info.value.errors
+
+
+def test_embedded_default() -> None:
+    cfg = load_config(None, {})
+    assert cfg.ipx.listen == "0.0.0.0:213"
+    assert cfg.ipx.peers == ()
+    assert cfg.ipx.idle_timeout == 600
+
+
+def test_good_file() -> None:
+    cfg = load_config(CONF / "good.yaml", {})
+    assert cfg.ipx.peers == ("192.0.2.7:213", "192.0.2.8:3000")
+    assert cfg.logging.level == "debug"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("bad_port.yaml", [":2: ipx.listen: port 'two-thirteen'"]),
+        ("unknown_key.yaml", [":3: ipx.max_client: unknown key"]),
+        ("syntax.yaml", [":2: YAML syntax error: while scanning a quoted scalar"]),
+        ("not_mapping.yaml", [":1: the top level must be a mapping"]),
+        (
+            "multiple.yaml",
+            [
+                ":4: ipx.peers.1: 'bad host' is not an IPv4 address or host name",
+                ":5: ipx.keepalive_interval: Input should be greater than 0",
+                ":7: logging.level: Input should be 'debug', 'info', 'warning' or 'error'",
+            ],
+        ),
+    ],
+)
+def test_broken_files_report_file_line_and_path(name: str, expected: list[str]) -> None:
+    errors = errors_of(name)
+    assert len(errors) == len(expected), errors
+    for line, want in zip(errors, expected, strict=True):
+        assert line.startswith(str(CONF / name)), line
+        assert want in line, line
+
+
+def test_environment_overrides_file_and_errors_name_the_variable() -> None:
+    cfg = load_config(CONF / "good.yaml", {"IPXBRIDGE_IPX__MAX_CLIENTS": "7"})
+    assert cfg.ipx.max_clients == 7
+    errors = errors_of("good.yaml", {"IPXBRIDGE_IPX__MAX_CLIENTS": "many"})
+    assert errors == [
+        "environment IPXBRIDGE_IPX__MAX_CLIENTS: ipx.max_clients: Input should be a valid "
+        "integer, unable to parse string as an integer (got 'many')"
+    ]
+
+
+def test_flags_override_environment() -> None:
+    cfg = load_config(
+        None, {"IPXBRIDGE_IPX__LISTEN": "127.0.0.1:1000"}, {"ipx": {"listen": "127.0.0.1:2000"}}
+    )
+    assert cfg.ipx.listen == "127.0.0.1:2000"
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "port"),
+    [("h", "h", 213), ("10.0.0.1:5000", "10.0.0.1", 5000), ("a-b.example:1", "a-b.example", 1)],
+)
+def test_host_port(text: str, host: str, port: int) -> None:
+    hp = parse_host_port(text)
+    assert (hp.host, hp.port) == (host, port)
+
+
+@pytest.mark.parametrize("text", ["", ":213", "h:0", "h:65536", "h:x", "a b"])
+def test_host_port_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match=r"."):
+        parse_host_port(text)
+
+
+def test_check_config_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-config", str(CONF / "good.yaml")]) == 0
+    assert main(["check-config", str(CONF / "multiple.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("ipxbridge: ") == 3
+    assert "Traceback" not in err
+
+
+def test_print_default_config_passes_check_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["print-default-config"]) == 0
+    out = capsys.readouterr().out
+    assert out == DEFAULT_CONFIG_YAML
+    path = tmp_path / "c.yaml"
+    path.write_text(out)
+    assert main(["check-config", str(path)]) == 0
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ipxbridge", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_version() -> None:
+    res = run_cli("--version")
+    assert res.returncode == 0
+    assert res.stdout.startswith("ipxbridge ")
+
+
+def test_bad_flag_is_usage_error() -> None:
+    res = run_cli("run", "--ipx-listen", "nowhere:port")
+    assert res.returncode == 2
+    assert "expected ADDR:PORT or off" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_port_in_use_is_one_clear_line() -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        res = run_cli("run", "--ipx-listen", f"127.0.0.1:{port}")
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [
+        f"ipxbridge: cannot listen on 127.0.0.1:{port}/udp: address already in use "
+        "(is another IPX server such as DOSBox or ipxbox running?)"
+    ]
+
+
+def test_nothing_to_run() -> None:
+    res = run_cli("run", "--ipx-listen", "off")
+    assert res.returncode == 2
+    assert "nothing to run" in res.stderr
