@@ -5,11 +5,17 @@ would otherwise circulate for ever (reliability.md L9, R5).
 """
 
 from collections import Counter, deque
+from collections.abc import Callable
 
 from ipxbridge.policy.switch import Address, IpxSwitch, Outcome, SwitchSettings
 from ipxbridge.wire import ipx
 
 BRIDGES: list[Address] = [("192.0.2.1", 213), ("192.0.2.2", 213), ("192.0.2.3", 213)]
+
+
+def constant(addr: Address) -> Callable[[Address], bytes]:
+    node = ipx.dosbox_node(*addr)
+    return lambda _a: node
 
 
 Mesh = tuple[dict[Address, IpxSwitch], dict[Address, Address]]
@@ -20,8 +26,7 @@ def build_mesh(dedup_window: float = 2.0) -> Mesh:
     clients: dict[Address, Address] = {}
     for i, me in enumerate(BRIDGES):
         peers = tuple(b for b in BRIDGES if b != me)
-        own_node = ipx.dosbox_node(*me)
-        sw = IpxSwitch(SwitchSettings(dedup_window=dedup_window), peers, lambda _a: own_node)
+        sw = IpxSwitch(SwitchSettings(dedup_window=dedup_window), peers, constant(me))
         client = (f"10.0.{i}.10", 5000 + i)
         sw.handle(ipx.build_registration(), client, 0.0)
         switches[me] = sw

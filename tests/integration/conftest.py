@@ -1,0 +1,50 @@
+"""Integration tier gate: needs root (namespaces) and the tools; under CI it must run.
+
+Outside CI a missing privilege or tool skips with the reason. With ``CI=true`` the same
+condition fails the test instead, so CI can never go green by skipping the real networks.
+"""
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import Netns
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _missing(tools: tuple[str, ...]) -> str | None:
+    if os.geteuid() != 0:
+        return "needs root to create network namespaces"
+    absent = [t for t in tools if shutil.which(t) is None]
+    if absent:
+        return f"missing tools: {', '.join(absent)}"
+    return None
+
+
+def require(*tools: str) -> None:
+    reason = _missing(tools)
+    if reason is None:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true but {reason}: the integration tier must run in CI")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def net(request: pytest.FixtureRequest) -> Iterator[Netns]:
+    marker = request.node.get_closest_marker("dosbox")
+    require("ip", *(("dosbox",) if marker else ()))
+    ns = Netns()
+    try:
+        yield ns
+    finally:
+        ns.close()
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path

@@ -1,0 +1,200 @@
+"""Real test networks for the integration tier: namespaces, veth links, bridges, DOSBox.
+
+Everything runs in network namespaces created here and removed afterwards
+(``shared/docs/testbed.md``). Interface names live inside their namespaces, so two tests never
+clash on them; namespace names carry the pid.
+"""
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import netns as pr_netns
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a command (never through a shell) and fail loudly with its output."""
+    res = subprocess.run(list(args), capture_output=True, text=True, timeout=30, check=False)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {res.stderr.strip()}")
+    return res
+
+
+@dataclass
+class Netns:
+    """Namespaces made for one test; ``close`` removes them and whatever runs inside."""
+
+    prefix: str = field(default_factory=lambda: f"ixb{os.getpid() % 100000}")
+    names: list[str] = field(default_factory=list)
+
+    def add(self, short: str) -> str:
+        name = f"{self.prefix}_{short}"
+        sh("ip", "netns", "add", name)
+        self.names.append(name)
+        sh("ip", "-n", name, "link", "set", "lo", "up")
+        return name
+
+    def link(self, ns_a: str, if_a: str, addr_a: str, ns_b: str, if_b: str, addr_b: str) -> None:
+        """A veth pair between two namespaces, with ``A.B.C.D/len`` addresses, up."""
+        sh(
+            "ip",
+            "link",
+            "add",
+            if_a,
+            "netns",
+            ns_a,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            if_b,
+            "netns",
+            ns_b,
+        )
+        for ns, ifname, addr in ((ns_a, if_a, addr_a), (ns_b, if_b, addr_b)):
+            sh("ip", "-n", ns, "addr", "add", addr, "brd", "+", "dev", ifname)
+            sh("ip", "-n", ns, "link", "set", ifname, "up")
+
+    def exec_args(self, ns: str, *cmd: str) -> list[str]:
+        return ["ip", "netns", "exec", ns, *cmd]
+
+    def close(self) -> None:
+        for name in reversed(self.names):
+            # kill anything still running in the namespace, then remove it
+            pids = sh("ip", "netns", "pids", name, check=False).stdout.split()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            sh("ip", "netns", "del", name, check=False)
+        self.names.clear()
+
+
+@contextlib.contextmanager
+def inside(ns: str) -> Iterator[None]:
+    """Create sockets inside ``ns`` from this process (they stay bound to it)."""
+    pr_netns.pushns(ns)
+    try:
+        yield
+    finally:
+        pr_netns.popns()
+
+
+class BridgeProcess:
+    """``ipxbridge run`` inside a namespace, with its log captured."""
+
+    def __init__(self, net: Netns, ns: str, *args: str, log_dir: Path) -> None:
+        self.log_path = log_dir / f"bridge-{ns}.log"
+        self._log = self.log_path.open("w")
+        cmd = net.exec_args(ns, sys.executable, "-m", "ipxbridge", "run", *args)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.wait_for(r"IPX tunnel on udp", 15)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = re.search(pattern, self.log())
+            if match:
+                return match
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"bridge exited {self.proc.returncode}:\n{self.log()}")
+            time.sleep(0.05)
+        raise TimeoutError(f"{pattern!r} not in bridge log after {timeout}s:\n{self.log()}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+        return self.proc.returncode
+
+    def summary(self) -> dict[str, int]:
+        """Counters from the stop line: received, forwarded, control, dropped, copies_sent."""
+        match = re.search(r"stopped; IPX: (.*)", self.log())
+        assert match, self.log()
+        out: dict[str, int] = {}
+        for key, value in re.findall(r"(\w+)=(\d+)", match.group(1)):
+            out.setdefault(key, int(value))
+        return out
+
+
+DOSBOX_CONF = """\
+[sdl]
+output=surface
+[cpu]
+cycles=fixed 3000
+[mixer]
+nosound=true
+[ipx]
+ipx=true
+[autoexec]
+mount c {drive}
+c:
+{commands}
+"""
+
+
+class DosBox:
+    """A real headless DOSBox 0.74 in a namespace, running ``ipxnet`` commands."""
+
+    def __init__(
+        self, net: Netns, ns: str, workdir: Path, commands: list[str], *, exit_when_done: bool
+    ) -> None:
+        self.drive = workdir / "c"
+        self.drive.mkdir(parents=True)
+        home = workdir / "home"
+        home.mkdir()
+        lines = [*commands, "exit"] if exit_when_done else commands
+        conf = workdir / "dosbox.conf"
+        conf.write_text(DOSBOX_CONF.format(drive=self.drive, commands="\n".join(lines)))
+        env: dict[str, Any] = {
+            **os.environ,
+            "HOME": str(home),
+            "SDL_VIDEODRIVER": "dummy",
+            "SDL_AUDIODRIVER": "dummy",
+        }
+        self.log_path = workdir / "dosbox.log"
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            net.exec_args(ns, "timeout", "60", "dosbox", "-conf", str(conf)),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=workdir,
+        )
+
+    def read(self, name: str) -> str:
+        path = self.drive / name
+        return path.read_text(errors="replace").replace("\r\n", "\n") if path.exists() else ""
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # timeout(1) passes SIGTERM on to dosbox
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()

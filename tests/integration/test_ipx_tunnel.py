@@ -1,0 +1,275 @@
+"""The IPX tunnel end to end: real sockets in namespaces, real DOSBox 0.74 clients.
+
+Topologies (addresses are private to the namespaces this file creates):
+
+* one bridge: ``box`` 10.31.1.1 and 10.31.2.1, clients ``c1`` 10.31.1.11, ``c2`` 10.31.2.12;
+* two sites: ``sa`` (bridge A, 10.41.1.1; underlay 10.40.0.1) with client ``a1`` 10.41.1.11,
+  ``sb`` (bridge B, 10.42.1.1; underlay 10.40.0.2) with client ``b1`` 10.42.1.11; the two
+  bridges are RFC 1234 peers over the underlay.
+"""
+
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ipxbridge.wire import ipx
+from tests.integration.harness import BridgeProcess, DosBox, Netns, inside
+
+
+def one_bridge(net: Netns) -> tuple[str, str, str]:
+    box, c1, c2 = net.add("box"), net.add("c1"), net.add("c2")
+    net.link(box, "lan1", "10.31.1.1/24", c1, "eth0", "10.31.1.11/24")
+    net.link(box, "lan2", "10.31.2.1/24", c2, "eth0", "10.31.2.12/24")
+    for ns, gw in ((c1, "10.31.1.1"), (c2, "10.31.2.1")):
+        subprocess.run(["ip", "-n", ns, "route", "add", "default", "via", gw], check=True)
+    return box, c1, c2
+
+
+def two_sites(net: Netns) -> tuple[str, str, str, str]:
+    sa, sb, a1, b1 = net.add("sa"), net.add("sb"), net.add("a1"), net.add("b1")
+    net.link(sa, "wan", "10.40.0.1/24", sb, "wan", "10.40.0.2/24")
+    net.link(sa, "lan", "10.41.1.1/24", a1, "eth0", "10.41.1.11/24")
+    net.link(sb, "lan", "10.42.1.1/24", b1, "eth0", "10.42.1.11/24")
+    return sa, sb, a1, b1
+
+
+class Client:
+    """A synthetic DOSBox-protocol client living in a namespace."""
+
+    def __init__(self, ns: str, server: tuple[str, int]) -> None:
+        with inside(ns):
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.settimeout(2.0)
+        self.sock.bind(("0.0.0.0", 0))
+        self.server = server
+        self.sock.sendto(ipx.build_registration(), server)
+        reply, _ = self.sock.recvfrom(2048)
+        self.node = ipx.parse_header(reply).dst_node
+
+    def send(self, dst_node: bytes, payload: bytes, sock: int = 0x4545) -> None:
+        pkt = ipx.build_packet(
+            dst_node=dst_node, dst_socket=sock, src_node=self.node, src_socket=sock, payload=payload
+        )
+        self.sock.sendto(pkt, self.server)
+
+    def receive(self, sock: int = 0x4545) -> tuple[ipx.IpxHeader, bytes]:
+        """Next packet on the data socket (keepalive pings are skipped)."""
+        while True:
+            data, _ = self.sock.recvfrom(70_000)
+            header, payload = ipx.parse_packet(data)
+            if header.dst_socket == sock:
+                return header, bytes(payload)
+
+
+@pytest.mark.netns
+@pytest.mark.dosbox
+def test_two_dosbox_clients_ping_each_other(net: Netns, workdir: Path) -> None:
+    box, c1, c2 = one_bridge(net)
+    bridge = BridgeProcess(net, box, "--ipx-listen", "0.0.0.0:213", log_dir=workdir)
+    idle = DosBox(
+        net,
+        c2,
+        workdir / "c2",
+        ["ipxnet connect 10.31.2.1 213 > C:\\CONN.TXT"],
+        exit_when_done=False,
+    )
+    try:
+        reg = bridge.wait_for(r"client 10\.31\.2\.12:(\d+) registered", 40)
+        port = int(reg.group(1))
+        pinger = DosBox(
+            net,
+            c1,
+            workdir / "c1",
+            [
+                "ipxnet connect 10.31.1.1 213 > C:\\CONN.TXT",
+                "ipxnet ping > C:\\PING.TXT",
+            ],
+            exit_when_done=True,
+        )
+        assert pinger.wait(50) == 0
+        assert "connected to server at 10.31.1.1" in pinger.read("CONN.TXT")
+        ping = pinger.read("PING.TXT")
+        # DOSBox decodes the responder's node as IPv4 + port (protocols.md 4.5): the other
+        # client answers with its real address, and the bridge answers for itself.
+        assert f"Response from 10.31.2.12, port {port}" in ping, ping
+        assert "Response from 10.31.1.1, port 213" in ping, ping
+    finally:
+        idle.kill()
+        assert bridge.stop() == 0
+    counts = bridge.summary()
+    assert counts["received"] == counts["forwarded"] + counts["control"] + counts["dropped"]
+    assert counts["dropped"] == 0, bridge.log()
+
+
+@pytest.mark.netns
+@pytest.mark.dosbox
+def test_dosbox_ping_crosses_two_peered_bridges(net: Netns, workdir: Path) -> None:
+    sa, sb, a1, b1 = two_sites(net)
+    bridge_a = BridgeProcess(net, sa, "--peer", "10.40.0.2", log_dir=workdir)
+    bridge_b = BridgeProcess(net, sb, "--peer", "10.40.0.1:213", log_dir=workdir)
+    idle = DosBox(
+        net, b1, workdir / "b1", ["ipxnet connect 10.42.1.1 > C:\\CONN.TXT"], exit_when_done=False
+    )
+    try:
+        port = int(bridge_b.wait_for(r"client 10\.42\.1\.11:(\d+) registered", 40).group(1))
+        pinger = DosBox(
+            net,
+            a1,
+            workdir / "a1",
+            [
+                "ipxnet connect 10.41.1.1 > C:\\CONN.TXT",
+                "ipxnet ping > C:\\PING.TXT",
+            ],
+            exit_when_done=True,
+        )
+        assert pinger.wait(50) == 0
+        ping = pinger.read("PING.TXT")
+        # the broadcast ping went A -> B over RFC 1234, the unicast answer came back B -> A
+        assert f"Response from 10.42.1.11, port {port}" in ping, ping
+    finally:
+        idle.kill()
+        assert bridge_a.stop() == 0
+        assert bridge_b.stop() == 0
+    a, b = bridge_a.summary(), bridge_b.summary()
+    assert a["dropped"] == 0, bridge_a.log()
+    assert b["dropped"] == 0, bridge_b.log()
+
+
+@pytest.mark.netns
+def test_broadcast_and_unicast_between_sites_keep_payload_and_count_hops(
+    net: Netns, workdir: Path
+) -> None:
+    sa, sb, a1, b1 = two_sites(net)
+    bridge_a = BridgeProcess(net, sa, "--peer", "10.40.0.2", log_dir=workdir)
+    bridge_b = BridgeProcess(net, sb, "--peer", "10.40.0.1", log_dir=workdir)
+    try:
+        alice = Client(a1, ("10.41.1.1", 213))
+        bob = Client(b1, ("10.42.1.1", 213))
+        assert alice.node == ipx.dosbox_node("10.41.1.11", alice.sock.getsockname()[1])
+
+        big = bytes(range(256)) * 12  # 3072 bytes: fragmented on the wire
+        alice.send(ipx.BROADCAST_NODE, big)
+        header, payload = bob.receive()
+        assert payload == big
+        assert header.src_node == alice.node
+        assert header.hops == 2  # incremented by each bridge
+
+        bob.send(alice.node, b"unicast back")
+        header, payload = alice.receive()
+        assert (payload, header.src_node, header.dst_node) == (
+            b"unicast back",
+            bob.node,
+            alice.node,
+        )
+        assert header.hops == 2
+    finally:
+        assert bridge_a.stop() == 0
+        assert bridge_b.stop() == 0
+    a = bridge_a.summary()
+    assert a["received"] == 3  # alice's registration and broadcast, bob's unicast via B
+    assert a["received"] == a["forwarded"] + a["control"] + a["dropped"]
+
+
+@pytest.mark.netns
+def test_malformed_flood_is_counted_and_bridge_keeps_serving(net: Netns, workdir: Path) -> None:
+    box, c1, c2 = one_bridge(net)
+    bridge = BridgeProcess(net, box, log_dir=workdir)
+    try:
+        alice = Client(c1, ("10.31.1.1", 213))
+        bob = Client(c2, ("10.31.2.1", 213))
+        good = ipx.build_packet(
+            dst_node=ipx.BROADCAST_NODE,
+            dst_socket=0x4545,
+            src_node=alice.node,
+            src_socket=0x4545,
+            payload=b"ok",
+        )
+        bad = [
+            b"",  # empty datagram (avahi CVE-2011-1002 lesson)
+            b"\xff" * 29,  # truncated
+            b"\x00\x00" + good[2:],  # checksum
+            good[:2] + b"\xff\xff" + good[4:],  # length claims 65535
+            good[:4] + b"\x10" + good[5:],  # 16 hops
+            ipx.build_packet(
+                dst_node=ipx.BROADCAST_NODE,
+                dst_socket=0x0452,
+                src_node=alice.node,
+                src_socket=0x0452,
+            ),  # SAP, filtered
+            ipx.build_packet(
+                dst_node=ipx.BROADCAST_NODE, dst_socket=1, src_node=bob.node, src_socket=1
+            ),  # spoofed source
+        ]
+        rounds = 200
+        for _ in range(rounds):
+            for pkt in bad:
+                alice.sock.sendto(pkt, alice.server)
+        alice.sock.sendto(good, alice.server)
+        _, payload = bob.receive()
+        assert payload == b"ok"  # still serving after the flood
+        # an unregistered sender gets nothing back, not even an error
+        with inside(c1):
+            stranger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        stranger.settimeout(0.5)
+        stranger.sendto(good, ("10.31.1.1", 213))
+        with pytest.raises(TimeoutError):
+            stranger.recvfrom(2048)
+        stranger.close()
+    finally:
+        assert bridge.stop() == 0
+    log = bridge.log()
+    assert "Traceback" not in log
+    counts = bridge.summary()
+    expected = {
+        "truncated": 2 * rounds,
+        "bad_checksum": rounds,
+        "bad_length": rounds,
+        "hop_limit": rounds,
+        "filtered_socket": rounds,
+        "spoofed_source": rounds,
+        "unregistered": 1,
+    }
+    for reason, n in expected.items():
+        assert re.search(rf"\b{reason}={n}\b", log), (reason, log)
+    assert counts["received"] == 2 + len(bad) * rounds + 1 + 1
+    assert counts["dropped"] == sum(expected.values())
+    assert counts["received"] == counts["forwarded"] + counts["control"] + counts["dropped"]
+
+
+@pytest.mark.netns
+def test_sigterm_stops_cleanly_and_logs_summary(net: Netns, workdir: Path) -> None:
+    box = net.add("box")
+    bridge = BridgeProcess(net, box, log_dir=workdir)
+    time.sleep(0.2)
+    assert bridge.stop() == 0
+    assert "stopped; IPX: received=0" in bridge.log()
+
+
+@pytest.mark.netns
+def test_port_213_without_privilege_says_what_to_do(net: Netns) -> None:
+    box = net.add("box")
+    res = subprocess.run(
+        # root without CAP_NET_BIND_SERVICE in its bounding set: bind(213) gets EACCES
+        net.exec_args(
+            box,
+            "setpriv",
+            "--bounding-set=-net_bind_service",
+            sys.executable,
+            "-m",
+            "ipxbridge",
+            "run",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert res.returncode == 2, res.stderr
+    assert "permission denied" in res.stderr
+    assert "CAP_NET_BIND_SERVICE" in res.stderr
+    assert "Traceback" not in res.stderr
