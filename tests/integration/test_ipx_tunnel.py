@@ -9,6 +9,7 @@ Topologies (addresses are private to the namespaces this file creates):
 """
 
 import re
+import select
 import socket
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from ipxbridge.wire import ipx
+from tests.integration.conftest import require
 from tests.integration.harness import BridgeProcess, DosBox, Netns, inside
 
 
@@ -273,3 +275,89 @@ def test_port_213_without_privilege_says_what_to_do(net: Netns) -> None:
     assert "permission denied" in res.stderr
     assert "CAP_NET_BIND_SERVICE" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def wait_listening(capture: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    """Block until tcpdump says it is listening (it prints that once the socket is open)."""
+    assert capture.stderr is not None
+    ready, _, _ = select.select([capture.stderr], [], [], timeout)
+    assert ready, "tcpdump did not start"
+    line = capture.stderr.readline()
+    assert b"listening on" in line, line
+
+
+@pytest.mark.netns
+def test_tshark_decodes_what_the_bridge_forwards(net: Netns, workdir: Path) -> None:
+    """tshark's IPX dissector (udp.port 213) as an independent decoder of our output."""
+    require("tshark", "tcpdump")
+    box, c1, c2 = one_bridge(net)
+    bridge = BridgeProcess(net, box, log_dir=workdir)
+    pcap = workdir / "c2.pcap"
+    capture = subprocess.Popen(
+        net.exec_args(
+            c2, "tcpdump", "-i", "eth0", "--immediate-mode", "-U", "-n", "-w", str(pcap), "udp"
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        alice = Client(c1, ("10.31.1.1", 213))
+        bob = Client(c2, ("10.31.2.1", 213))
+        wait_listening(capture)
+        alice.send(ipx.BROADCAST_NODE, b"tshark-bcast", sock=0x4545)
+        alice.send(bob.node, b"tshark-unicast", sock=0x869B)
+        bob.receive(0x4545)
+        bob.receive(0x869B)
+        time.sleep(0.5)
+    finally:
+        capture.terminate()
+        capture.wait(10)
+        bridge.stop()
+    fields = [
+        "ipx.len",
+        "ipx.hops",
+        "ipx.packet_type",
+        "ipx.dst.node",
+        "ipx.dst.socket",
+        "ipx.src.node",
+        "ipx.src.socket",
+        "data.data",
+    ]
+    args = [
+        "tshark",
+        "-r",
+        str(pcap),
+        "-Y",
+        "ipx.dst.socket != 0x0002",
+        "-T",
+        "fields",
+        "-E",
+        "separator=|",
+    ]
+    for f in fields:
+        args += ["-e", f]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True).stdout
+    rows = [dict(zip(fields, line.split("|"), strict=True)) for line in out.splitlines()]
+    alice_node = alice.node.hex(":")
+    assert rows == [
+        {
+            "ipx.len": str(30 + 12),
+            "ipx.hops": "1",
+            "ipx.packet_type": "0x00",
+            "ipx.dst.node": "ff:ff:ff:ff:ff:ff",
+            "ipx.dst.socket": "0x4545",
+            "ipx.src.node": alice_node,
+            "ipx.src.socket": "0x4545",
+            "data.data": b"tshark-bcast".hex(),
+        },
+        {
+            "ipx.len": str(30 + 14),
+            "ipx.hops": "1",
+            "ipx.packet_type": "0x00",
+            "ipx.dst.node": bob.node.hex(":"),
+            "ipx.dst.socket": "0x869b",
+            "ipx.src.node": alice_node,
+            "ipx.src.socket": "0x869b",
+            "data.data": b"tshark-unicast".hex(),
+        },
+    ], out
