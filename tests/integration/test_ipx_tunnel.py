@@ -161,6 +161,10 @@ def test_broadcast_and_unicast_between_sites_keep_payload_and_count_hops(
         assert header.src_node == alice.node
         assert header.hops == 2  # incremented by each bridge
 
+        largest = bytes(ipx.MAX_DATAGRAM - ipx.HEADER_LEN)  # a 65,507-byte datagram
+        alice.send(ipx.BROADCAST_NODE, largest)
+        assert bob.receive()[1] == largest
+
         bob.send(alice.node, b"unicast back")
         header, payload = alice.receive()
         assert (payload, header.src_node, header.dst_node) == (
@@ -173,7 +177,7 @@ def test_broadcast_and_unicast_between_sites_keep_payload_and_count_hops(
         assert bridge_a.stop() == 0
         assert bridge_b.stop() == 0
     a = bridge_a.summary()
-    assert a["received"] == 3  # alice's registration and broadcast, bob's unicast via B
+    assert a["received"] == 4  # alice's registration and 2 broadcasts, bob's unicast via B
     assert a["received"] == a["forwarded"] + a["control"] + a["dropped"]
 
 
