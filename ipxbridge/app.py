@@ -24,6 +24,7 @@ def switch_settings(config: Config) -> SwitchSettings:
         dedup_window=ipx.dedup_window,
         filtered_sockets=frozenset(ipx.filtered_sockets) if ipx.filter_sockets else frozenset(),
         answer_pings=ipx.answer_pings,
+        rejoin=ipx.rejoin,
     )
 
 

@@ -35,6 +35,9 @@ ipx:
   idle_timeout: 600        # seconds without any packet before a client is forgotten
   keepalive_interval: 5    # seconds of silence before the bridge pings a client
   answer_pings: true       # answer "ipxnet ping" so a lone client sees the server
+  # Re-admit a client whose packets carry exactly the node this bridge assigns to its
+  # address (it registered before a bridge restart or an expiry): games carry on.
+  rejoin: true
   # Loop protection between bridges: copies arriving via another port within this window
   # are dropped; identical packets via the same port always pass.
   dedup_window: 2.0
@@ -132,6 +135,7 @@ class IpxSection(_Model):
     idle_timeout: Annotated[float, Field(gt=0, le=86_400)] = 600.0
     keepalive_interval: Annotated[float, Field(gt=0, le=3_600)] = 5.0
     answer_pings: bool = True
+    rejoin: bool = True
     dedup_window: Annotated[float, Field(ge=0, le=60)] = 2.0
     filter_sockets: bool = True
     filtered_sockets: tuple[Annotated[int, Field(ge=0, le=0xFFFF)], ...] = tuple(

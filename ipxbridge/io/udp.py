@@ -111,6 +111,7 @@ class IpxEndpoint:
         self.counters = counters
         self._timer: asyncio.TimerHandle | None = None
         self._event_log = RateLimiter(rate=2.0, burst=20)
+        self._drop_log = RateLimiter(rate=5.0, burst=20)  # per-packet lines: debug only
 
     @property
     def address(self) -> Address:
@@ -149,6 +150,7 @@ class IpxEndpoint:
         counters = self.counters
         send = self._send
         now = self._loop.time()
+        debug = logger.isEnabledFor(logging.DEBUG)
         for _ in range(MAX_PER_WAKEUP):
             try:
                 data, addr = sock.recvfrom(RECV_BUFSIZE)
@@ -173,7 +175,7 @@ class IpxEndpoint:
                 counters.control += 1
             else:
                 counters.dropped[decision.reason] += 1
-                if logger.isEnabledFor(logging.DEBUG):
+                if debug and self._drop_log.allow(now):
                     logger.debug("drop %s from %s:%d", decision.reason, addr[0], addr[1])
             for reply, target in decision.replies:
                 send(reply, target)
@@ -203,6 +205,8 @@ class IpxEndpoint:
                 logger.info("client %s:%d registered as node %s", ip, port, node)
             elif event.kind == "reregistered":
                 logger.debug("client %s:%d registered again (node %s)", ip, port, node)
+            elif event.kind == "rejoined":
+                logger.info("client %s:%d rejoined as node %s (registered before)", ip, port, node)
             elif event.kind == "shutdown":
                 logger.info("client %s:%d sent shutdown, disconnected", ip, port)
             elif event.kind == "unverified":

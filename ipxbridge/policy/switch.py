@@ -17,7 +17,9 @@ Rules, in the order they are applied:
 1. Malformed datagrams are dropped with the codec's reason (``ipx.parse_header``).
 2. An unknown address may only register; anything else from it is ``unregistered``. Nothing is
    sent to a new address before its registration reply (DOSBox takes the first datagram it
-   receives as the reply, protocols.md 4.2).
+   receives as the reply, protocols.md 4.2). Exception: a packet whose source node is
+   exactly the node this bridge assigns to that address comes from a client registered
+   before (the bridge restarted, or the client was expired while quiet): it rejoins.
 3. A client's packets must carry the source node assigned to it (``spoofed_source``), as
    ipxbox does (reliability.md I3). A packet from a peer whose source node belongs to a local
    client has gone round a loop (``loop``).
@@ -124,7 +126,7 @@ class Peer:
 class SwitchEvent:
     """Something an operator wants in the log (registration, expiry...)."""
 
-    kind: str  # registered | reregistered | expired | unverified | shutdown
+    kind: str  # registered | reregistered | rejoined | expired | unverified | shutdown
     addr: Address
     node: bytes
 
@@ -143,6 +145,7 @@ class SwitchSettings:
     max_learned_nodes: int = 4_096
     filtered_sockets: frozenset[int] = field(default=DEFAULT_FILTERED_SOCKETS)
     answer_pings: bool = True
+    rejoin: bool = True  # re-admit a known-shaped client without a new registration
 
 
 def _drop(reason: str) -> Decision:
@@ -244,7 +247,33 @@ class IpxSwitch:
             return self._from_peer(src, header, data, now)
         if header.is_registration:
             return self._register(src, now)
+        if self.settings.rejoin and header.src_node == dosbox_node(src[0], src[1]):
+            return self._rejoin(src, header, data, now)
         return _drop("unregistered")
+
+    def _rejoin(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
+        """Re-admit a client that was registered before (bridge restart, expiry).
+
+        Its source node is exactly the node this bridge assigns to that UDP address, so it
+        already holds a registration reply from us or an earlier run of us: no reply is
+        needed, and the game carries on without reconnecting (reliability.md R18).
+        """
+        if len(self.clients) >= self.settings.max_clients:
+            return _drop("clients_full")
+        client = Client(
+            src,
+            header.src_node,
+            self._server_node_for(src),
+            now,
+            now,
+            verified=True,
+            last_keepalive=now,
+        )
+        self.clients[src] = client
+        self._client_by_node[client.node] = client
+        self._rebuild_ports()
+        self._events.append(SwitchEvent("rejoined", src, client.node))
+        return self._from_client(client, header, data, now)
 
     def _from_client(self, client: Client, header: IpxHeader, data: bytes, now: float) -> Decision:
         client.last_seen = now

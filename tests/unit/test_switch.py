@@ -65,7 +65,7 @@ def test_registration_reply_is_the_only_thing_a_new_address_gets() -> None:
 def test_unregistered_sender_is_dropped() -> None:
     sw = make()
     register(sw, A)
-    d = sw.handle(data(node(B)), B, 0.0)
+    d = sw.handle(data(ipx.dosbox_node("10.9.9.9", 1)), B, 0.0)
     assert (d.outcome, d.reason) == (Outcome.DROPPED, "unregistered")
 
 
@@ -288,3 +288,23 @@ def test_unicast_to_a_port_on_the_ingress_is_dropped() -> None:
     sw.handle(data(remote), PEER, 0.0)
     d = sw.handle(data(ipx.dosbox_node("172.16.0.6", 1), dst=remote), PEER, 0.1)
     assert (d.outcome, d.reason) == (Outcome.DROPPED, "destination_on_ingress")
+
+
+def test_client_known_before_rejoins_without_registration() -> None:
+    sw = make()
+    register(sw, B)
+    # A never registered with this switch (e.g. the bridge restarted) but its packet carries
+    # exactly the node this bridge assigns to A's address.
+    d = sw.handle(data(node(A)), A, 1.0)
+    assert (d.outcome, d.targets, d.replies) == (Outcome.FORWARDED, (B,), ())
+    assert A in sw.clients
+    assert "rejoined" in [e.kind for e in sw.pop_events()]
+    # any other node from an unknown address is still refused
+    d = sw.handle(data(b"\x01" * 6), C, 1.0)
+    assert (d.outcome, d.reason) == (Outcome.DROPPED, "unregistered")
+
+
+def test_rejoin_can_be_disabled() -> None:
+    sw = make(rejoin=False)
+    register(sw, B)
+    assert sw.handle(data(node(A)), A, 1.0).reason == "unregistered"
