@@ -6,6 +6,7 @@ clash on them; namespace names carry the pid.
 """
 
 import contextlib
+import itertools
 import os
 import re
 import signal
@@ -89,11 +90,14 @@ def inside(ns: str) -> Iterator[None]:
         pr_netns.popns()
 
 
+_RUNS = itertools.count()
+
+
 class BridgeProcess:
     """``ipxbridge run`` inside a namespace, with its log captured."""
 
     def __init__(self, net: Netns, ns: str, *args: str, log_dir: Path) -> None:
-        self.log_path = log_dir / f"bridge-{ns}.log"
+        self.log_path = log_dir / f"bridge-{ns}-{next(_RUNS)}.log"
         self._log = self.log_path.open("w")
         cmd = net.exec_args(ns, sys.executable, "-m", "ipxbridge", "run", *args)
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)

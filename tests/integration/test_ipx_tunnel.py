@@ -365,3 +365,23 @@ def test_tshark_decodes_what_the_bridge_forwards(net: Netns, workdir: Path) -> N
             "data.data": b"tshark-unicast".hex(),
         },
     ], out
+
+
+@pytest.mark.netns
+def test_clients_carry_on_after_a_bridge_restart(net: Netns, workdir: Path) -> None:
+    box, c1, c2 = one_bridge(net)
+    first = BridgeProcess(net, box, log_dir=workdir)
+    alice = Client(c1, ("10.31.1.1", 213))
+    bob = Client(c2, ("10.31.2.1", 213))
+    assert first.stop() == 0
+    second = BridgeProcess(net, box, log_dir=workdir)
+    try:
+        bob.send(ipx.BROADCAST_NODE, b"bob is still here")  # rejoins, nobody to hear it yet
+        second.wait_for(r"client 10\.31\.2\.12:\d+ rejoined", 5)
+        alice.send(ipx.BROADCAST_NODE, b"after restart")
+        assert bob.receive()[1] == b"after restart"
+        bob.send(alice.node, b"reply")
+        assert alice.receive()[1] == b"reply"
+    finally:
+        assert second.stop() == 0
+    assert "registered as" not in second.log()  # nobody had to reconnect
