@@ -132,23 +132,31 @@ class IpxEndpoint:
         self._sock.close()
 
     def _send(self, packet: bytes, addr: Address) -> None:
-        counters = self.counters
-        try:
-            self._sock.sendto(packet, addr)
-        except BlockingIOError:
-            counters.send_errors["EAGAIN"] += 1
-        except OSError as exc:
-            name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
-            counters.send_errors[name] += 1
-        else:
-            counters.copies_sent += 1
-            counters.bytes_sent += len(packet)
+        self._send_many(packet, (addr,))
+
+    def _send_many(self, packet: bytes, targets: tuple[Address, ...]) -> None:
+        """One ``sendto`` per copy (the floor: ~60% of forwarding time); counted once."""
+        sendto = self._sock.sendto
+        sent = 0
+        for addr in targets:
+            try:
+                sendto(packet, addr)
+            except BlockingIOError:
+                self.counters.send_errors["EAGAIN"] += 1
+            except OSError as exc:
+                name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
+                self.counters.send_errors[name] += 1
+            else:
+                sent += 1
+        self.counters.copies_sent += sent
+        self.counters.bytes_sent += sent * len(packet)
 
     def _on_readable(self) -> None:
         sock = self._sock
         switch = self.switch
         counters = self.counters
         send = self._send
+        send_many = self._send_many
         now = self._loop.time()
         debug = logger.isEnabledFor(logging.DEBUG)
         for _ in range(MAX_PER_WAKEUP):
@@ -169,8 +177,7 @@ class IpxEndpoint:
                 counters.forward_kinds[decision.reason] += 1
                 packet = decision.packet
                 assert packet is not None  # noqa: S101 - invariant of Outcome.FORWARDED
-                for target in decision.targets:
-                    send(packet, target)
+                send_many(packet, decision.targets)
             elif outcome is Outcome.CONTROL:
                 counters.control += 1
             else:

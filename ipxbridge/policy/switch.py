@@ -178,6 +178,7 @@ class IpxSwitch:
         # node -> (peer address, time learned); insertion order = age
         self._learned: dict[bytes, tuple[Address, float]] = {}
         self._ports: tuple[Address, ...] = ()
+        self._flood_targets: dict[Address, tuple[Address, ...]] = {}
         self._dedup: DuplicateFilter[Address] = DuplicateFilter(
             settings.dedup_window, settings.dedup_max_entries
         )
@@ -196,6 +197,15 @@ class IpxSwitch:
 
     def _rebuild_ports(self) -> None:
         self._ports = (*self.clients, *self.peers)
+        self._flood_targets.clear()
+
+    def _all_but(self, ingress: Address) -> tuple[Address, ...]:
+        """Every port except the ingress, cached until membership changes."""
+        targets = self._flood_targets.get(ingress)
+        if targets is None:
+            targets = tuple(p for p in self._ports if p != ingress)
+            self._flood_targets[ingress] = targets
+        return targets
 
     def _register(self, addr: Address, now: float) -> Decision:
         client = self.clients.get(addr)
@@ -347,12 +357,12 @@ class IpxSwitch:
             return Decision(Outcome.DROPPED, "hop_limit", replies=replies)
         if header.is_broadcast:
             kind = "broadcast"
-            targets = tuple(p for p in self._ports if p != ingress)
+            targets = self._all_but(ingress)
         else:
             owner = self._lookup(header.dst_node, now)
             if owner is None:
                 kind = "flooded"
-                targets = tuple(p for p in self._ports if p != ingress)
+                targets = self._all_but(ingress)
             elif owner == ingress:
                 return Decision(Outcome.DROPPED, "destination_on_ingress", replies=replies)
             else:

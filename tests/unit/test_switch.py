@@ -308,3 +308,14 @@ def test_rejoin_can_be_disabled() -> None:
     sw = make(rejoin=False)
     register(sw, B)
     assert sw.handle(data(node(A)), A, 1.0).reason == "unregistered"
+
+
+def test_broadcast_targets_follow_membership_changes() -> None:
+    sw = make()
+    register(sw, A)
+    register(sw, B)
+    assert sw.handle(data(node(A), payload=b"1"), A, 1.0).targets == (B,)
+    register(sw, C, now=1.1)
+    assert set(sw.handle(data(node(A), payload=b"2"), A, 1.2).targets) == {B, C}
+    sw.handle(ipx.build_shutdown(node(B)), B, 1.3)
+    assert sw.handle(data(node(A), payload=b"3"), A, 1.4).targets == (C,)
