@@ -31,7 +31,7 @@ def require(*tools: str) -> None:
         return
     if IN_CI:
         pytest.fail(f"CI=true but {reason}: the integration tier must run in CI")
-    pytest.skip(reason)
+    pytest.skip(f"{reason} (with CI=true this fails instead)")
 
 
 @pytest.fixture

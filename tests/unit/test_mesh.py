@@ -62,8 +62,7 @@ def run(
     return delivered, inter_bridge
 
 
-def test_full_mesh_broadcast_reaches_each_client_once_and_storm_ends() -> None:
-    switches, clients = build_mesh()
+def first_client_broadcast(clients: dict[Address, Address]) -> tuple[Address, bytes]:
     sender = next(iter(clients))
     pkt = ipx.build_packet(
         dst_node=ipx.BROADCAST_NODE,
@@ -72,6 +71,12 @@ def test_full_mesh_broadcast_reaches_each_client_once_and_storm_ends() -> None:
         src_socket=0x4545,
         payload=b"hi",
     )
+    return sender, pkt
+
+
+def test_full_mesh_broadcast_reaches_each_client_once_and_storm_ends() -> None:
+    switches, clients = build_mesh()
+    sender, pkt = first_client_broadcast(clients)
     delivered, inter = run(switches, (pkt, sender, clients[sender]), 1.0)
     others = [c for c in clients if c != sender]
     assert delivered == Counter(dict.fromkeys(others, 1))
@@ -81,14 +86,7 @@ def test_full_mesh_broadcast_reaches_each_client_once_and_storm_ends() -> None:
 
 def test_identical_retries_half_a_second_apart_all_delivered() -> None:
     switches, clients = build_mesh()
-    sender = next(iter(clients))
-    pkt = ipx.build_packet(
-        dst_node=ipx.BROADCAST_NODE,
-        dst_socket=0x4545,
-        src_node=ipx.dosbox_node(*sender),
-        src_socket=0x4545,
-        payload=b"hi",
-    )
+    sender, pkt = first_client_broadcast(clients)
     total: Counter[Address] = Counter()
     for i in range(20):
         delivered, _ = run(switches, (pkt, sender, clients[sender]), 1.0 + 0.5 * i)
@@ -98,14 +96,7 @@ def test_identical_retries_half_a_second_apart_all_delivered() -> None:
 
 def test_without_dedup_hop_count_still_ends_the_storm() -> None:
     switches, clients = build_mesh(dedup_window=0.0)
-    sender = next(iter(clients))
-    pkt = ipx.build_packet(
-        dst_node=ipx.BROADCAST_NODE,
-        dst_socket=0x4545,
-        src_node=ipx.dosbox_node(*sender),
-        src_socket=0x4545,
-        payload=b"hi",
-    )
+    sender, pkt = first_client_broadcast(clients)
     delivered, inter = run(switches, (pkt, sender, clients[sender]), 1.0, limit=1_000_000)
     assert inter > 4  # it does loop...
     assert sum(delivered.values()) > 0  # ...but ends, bounded by the 16-hop rule
