@@ -2,19 +2,78 @@
 
 Every ``WireError`` carries a ``reason`` from a closed set. The I/O layer catches it, counts
 the datagram under ``dropped{reason}`` and carries on: a bad packet is never fatal.
+
+The DirectPlay codec (``wire.directplay``) raises ``DPlayError``, a ``WireError`` whose reason
+is one of ``DPLAY_REASONS``:
+
+* ``not_dplay``: the payload is not DirectPlay at all (``classify`` said ``NONE``);
+* ``dplay_truncated``: the buffer ends inside a fixed-size part of a structure;
+* ``dplay_bad_size``: a declared size disagrees with the layout (SP header size != message
+  length, DPSESSIONDESC2.dwSize != 80, PACKEDPLAYER Size/FixedSize, SUPERPACKEDPLAYER Size);
+* ``dplay_bad_token``: SP header token not 0xFAB, 0xCAB or 0xBAB;
+* ``dplay_bad_sockaddr``: SP header address family not AF_INET or non-zero ``sin_zero``;
+* ``dplay_bad_signature``: no ``play`` where the layout requires it;
+* ``dplay_bad_version``: DirectPlay 4 version outside 0x09..0x0E;
+* ``dplay_bad_offset``: an offset or length points outside the buffer (or into the fixed part);
+* ``dplay_bad_string``: a UTF-16LE string without its NUL, of odd length, or with an
+  embedded NUL;
+* ``dplay_bad_value``: a field holds a value outside its domain (DP8 query type, CFRAME
+  command bits or opcode).
 """
 
 from typing import Final, Literal
 
 from ipxbridge.errors import IpxbridgeError
 
-WireReason = Literal["truncated", "bad_checksum", "bad_length", "hop_limit"]
+DPlayReason = Literal[
+    "not_dplay",
+    "dplay_truncated",
+    "dplay_bad_size",
+    "dplay_bad_token",
+    "dplay_bad_sockaddr",
+    "dplay_bad_signature",
+    "dplay_bad_version",
+    "dplay_bad_offset",
+    "dplay_bad_string",
+    "dplay_bad_value",
+]
+
+WireReason = Literal[
+    "truncated",
+    "bad_checksum",
+    "bad_length",
+    "hop_limit",
+    "not_dplay",
+    "dplay_truncated",
+    "dplay_bad_size",
+    "dplay_bad_token",
+    "dplay_bad_sockaddr",
+    "dplay_bad_signature",
+    "dplay_bad_version",
+    "dplay_bad_offset",
+    "dplay_bad_string",
+    "dplay_bad_value",
+]
+
+DPLAY_REASONS: Final[tuple[DPlayReason, ...]] = (
+    "not_dplay",
+    "dplay_truncated",
+    "dplay_bad_size",
+    "dplay_bad_token",
+    "dplay_bad_sockaddr",
+    "dplay_bad_signature",
+    "dplay_bad_version",
+    "dplay_bad_offset",
+    "dplay_bad_string",
+    "dplay_bad_value",
+)
 
 WIRE_REASONS: Final[tuple[WireReason, ...]] = (
     "truncated",
     "bad_checksum",
     "bad_length",
     "hop_limit",
+    *DPLAY_REASONS,
 )
 
 
@@ -29,3 +88,15 @@ class WireError(IpxbridgeError, ValueError):
         super().__init__(f"{reason}: {detail}")
         self.reason: WireReason = reason
         self.detail = detail
+
+
+class DPlayError(WireError):
+    """Bytes that were offered as DirectPlay do not decode.
+
+    Attributes:
+        reason: one of ``DPLAY_REASONS``.
+    """
+
+    def __init__(self, reason: DPlayReason, detail: str) -> None:
+        super().__init__(reason, detail)
+        self.reason: DPlayReason = reason

@@ -1,0 +1,134 @@
+"""A small pcap reader: classic libpcap files, IPv4 over Ethernet, Linux cooked or raw IP.
+
+Enough for ``ipxbridge decode --pcap``: each record yields the transport (udp/tcp), addresses,
+ports and payload. Contract: never raises anything but ``PcapError`` (for the file) and never
+fails a whole file for one bad record: such a record is returned with ``error`` set.
+"""
+
+import ipaddress
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from ipxbridge.errors import IpxbridgeError
+
+LINKTYPE_ETHERNET: Final = 1
+LINKTYPE_RAW: Final = 101  # also 12 and 14 on some systems
+LINKTYPE_RAW_ALIASES: Final = frozenset({12, 14, 101, 228})
+LINKTYPE_LINUX_SLL: Final = 113
+LINKTYPE_LINUX_SLL2: Final = 276
+ETHERTYPE_IPV4: Final = 0x0800
+ETHERTYPE_VLAN: Final = 0x8100
+
+
+class PcapError(IpxbridgeError):
+    """The file is not a readable classic pcap."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One captured record, decoded down to its transport payload."""
+
+    number: int
+    timestamp: float
+    transport: str | None = None  # "udp" | "tcp" | None
+    src: str = ""
+    dst: str = ""
+    sport: int = 0
+    dport: int = 0
+    payload: bytes = b""
+    error: str | None = None  # why this record could not be decoded
+
+
+def read_pcap(data: bytes) -> Iterator[Frame]:
+    """Yield every record of a classic pcap file.
+
+    Raises:
+        PcapError: unknown magic or a truncated global header (pcapng is not supported).
+    """
+    if len(data) < 24:
+        raise PcapError("file too short for a pcap header")
+    magic = data[:4]
+    if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
+        endian = "<"
+    elif magic in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
+        endian = ">"
+    elif magic == b"\x0a\x0d\x0d\x0a":
+        raise PcapError("pcapng is not supported; convert with: editcap -F pcap IN OUT")
+    else:
+        raise PcapError("not a pcap file (bad magic)")
+    nanos = magic in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
+    linktype = struct.unpack_from(endian + "I", data, 20)[0] & 0x0FFFFFFF
+    record = struct.Struct(endian + "IIII")
+    offset = 24
+    number = 0
+    while offset + record.size <= len(data):
+        number += 1
+        sec, frac, caplen, _origlen = record.unpack_from(data, offset)
+        offset += record.size
+        ts = sec + frac / (1e9 if nanos else 1e6)
+        packet = data[offset : offset + caplen]
+        offset += caplen
+        if len(packet) < caplen:
+            yield Frame(number, ts, error="truncated record")
+            return
+        yield _decode(number, ts, linktype, packet)
+
+
+def _decode(number: int, ts: float, linktype: int, pkt: bytes) -> Frame:
+    if linktype == LINKTYPE_ETHERNET:
+        if len(pkt) < 14:
+            return Frame(number, ts, error="truncated Ethernet header")
+        ethertype = int.from_bytes(pkt[12:14], "big")
+        start = 14
+        if ethertype == ETHERTYPE_VLAN and len(pkt) >= 18:
+            ethertype = int.from_bytes(pkt[16:18], "big")
+            start = 18
+    elif linktype == LINKTYPE_LINUX_SLL:
+        if len(pkt) < 16:
+            return Frame(number, ts, error="truncated Linux cooked header")
+        ethertype = int.from_bytes(pkt[14:16], "big")
+        start = 16
+    elif linktype == LINKTYPE_LINUX_SLL2:
+        if len(pkt) < 20:
+            return Frame(number, ts, error="truncated Linux cooked v2 header")
+        ethertype = int.from_bytes(pkt[0:2], "big")
+        start = 20
+    elif linktype in LINKTYPE_RAW_ALIASES:
+        ethertype, start = ETHERTYPE_IPV4, 0
+    else:
+        return Frame(number, ts, error=f"unsupported link type {linktype}")
+    if ethertype != ETHERTYPE_IPV4:
+        return Frame(number, ts, error=f"not IPv4 (ethertype 0x{ethertype:04x})")
+    return _decode_ipv4(number, ts, pkt[start:])
+
+
+def _decode_ipv4(number: int, ts: float, ip: bytes) -> Frame:
+    if len(ip) < 20 or ip[0] >> 4 != 4:
+        return Frame(number, ts, error="not an IPv4 packet")
+    ihl = (ip[0] & 0x0F) * 4
+    total = int.from_bytes(ip[2:4], "big")
+    if ihl < 20 or total < ihl or len(ip) < ihl:
+        return Frame(number, ts, error="bad IPv4 header length")
+    frag = int.from_bytes(ip[6:8], "big")
+    if frag & 0x1FFF:
+        return Frame(number, ts, error="IPv4 fragment (not reassembled)")
+    proto = ip[9]
+    src = str(ipaddress.IPv4Address(ip[12:16]))
+    dst = str(ipaddress.IPv4Address(ip[16:20]))
+    body = ip[ihl : min(total, len(ip))]
+    if proto == 17:
+        if len(body) < 8:
+            return Frame(number, ts, error="truncated UDP header")
+        sport, dport, ulen = struct.unpack_from("!HHH", body)
+        return Frame(number, ts, "udp", src, dst, sport, dport, body[8 : max(8, ulen)])
+    if proto == 6:
+        if len(body) < 20:
+            return Frame(number, ts, error="truncated TCP header")
+        sport, dport = struct.unpack_from("!HH", body)
+        doff = (body[12] >> 4) * 4
+        if doff < 20 or doff > len(body):
+            return Frame(number, ts, error="bad TCP header length")
+        return Frame(number, ts, "tcp", src, dst, sport, dport, body[doff:])
+    return Frame(number, ts, error=f"IP protocol {proto} is not UDP or TCP")
