@@ -1,17 +1,29 @@
 """Composition root: builds the parts from a ``Config`` and runs them until a signal."""
 
 import asyncio
+import json
 import logging
 import signal
+import time
+from typing import Any
 
 from ipxbridge import __version__
 from ipxbridge.config import Config, parse_host_port, resolve_ipv4
 from ipxbridge.errors import StartupError
+from ipxbridge.games import game_table
+from ipxbridge.io.interfaces import select_ipv4
+from ipxbridge.io.probe import DirectPlayProber, dp4_probe
 from ipxbridge.io.udp import IpxEndpoint, make_server_node_lookup, open_udp_socket
 from ipxbridge.obs.counters import IpxCounters
+from ipxbridge.obs.http import HttpServer, Response, text
+from ipxbridge.policy.inspect import Inspector
+from ipxbridge.policy.reassembly import Reassembler
+from ipxbridge.policy.sessions import SessionTable, session_json
 from ipxbridge.policy.switch import IpxSwitch, SwitchSettings
 
 logger = logging.getLogger(__name__)
+
+TICK_SECONDS = 1.0
 
 
 def switch_settings(config: Config) -> SwitchSettings:
@@ -28,35 +40,74 @@ def switch_settings(config: Config) -> SwitchSettings:
     )
 
 
+def json_response(data: Any) -> Response:  # noqa: ANN401 - any JSON value
+    """A JSON HTTP response."""
+    return Response(200, "application/json", (json.dumps(data, indent=1) + "\n").encode())
+
+
 class Bridge:
-    """The running appliance: owns the endpoints and their counters."""
+    """The running appliance: owns the endpoints, the inspector and their counters."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        dp = config.directplay
         self.ipx_counters = IpxCounters()
+        self.sessions = SessionTable(game_table(dp.games), dp.session_expiry, dp.max_sessions)
+        self.inspector = Inspector(self.sessions, Reassembler())
         self.ipx: IpxEndpoint | None = None
+        self.http: HttpServer | None = None
+        self.prober: DirectPlayProber | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._next_probe = 0.0
+        self.heartbeat = 0.0
 
-    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def start(self) -> None:
         """Open sockets and start serving.
 
         Raises:
             StartupError: a socket cannot be opened or a peer cannot be resolved.
         """
+        loop = asyncio.get_running_loop()
+        self._loop = loop
         ipx = self.config.ipx
-        if ipx.listen == "off":
-            raise StartupError("nothing to run: the IPX tunnel is off (--ipx-listen off)")
+        dp = self.config.directplay
+        if ipx.listen == "off" and dp.probe_interval == 0:
+            raise StartupError(
+                "nothing to run: the IPX tunnel is off (--ipx-listen off) "
+                "and DirectPlay probing is off"
+            )
+        if ipx.listen != "off":
+            self._start_ipx(loop)
+        if self.config.http.listen != "off":
+            await self._start_http()
+        if dp.probe_interval > 0:
+            self.prober = DirectPlayProber(
+                loop, self.inspector, lambda: select_ipv4(dp.probe_interfaces)
+            )
+            await self.prober.start()
+            logger.info(
+                "DirectPlay probing every %gs (replies on tcp %d)",
+                dp.probe_interval,
+                self.prober.tcp_port,
+            )
+        self.heartbeat = loop.time()
+        self._timer = loop.call_later(TICK_SECONDS, self._tick)
+
+    def _start_ipx(self, loop: asyncio.AbstractEventLoop) -> None:
+        ipx = self.config.ipx
         peers = []
-        for text in ipx.peers:
+        for text_ in ipx.peers:
             try:
-                peers.append(resolve_ipv4(parse_host_port(text)))
+                peers.append(resolve_ipv4(parse_host_port(text_)))
             except ValueError as exc:
-                raise StartupError(f"peer {text}: {exc}") from None
+                raise StartupError(f"peer {text_}: {exc}") from None
         listen = parse_host_port(ipx.listen)
         sock = open_udp_socket(listen.host, listen.port)
         switch = IpxSwitch(
             switch_settings(self.config), tuple(peers), make_server_node_lookup(sock)
         )
-        self.ipx = IpxEndpoint(loop, sock, switch, self.ipx_counters)
+        self.ipx = IpxEndpoint(loop, sock, switch, self.ipx_counters, self.inspector)
         self.ipx.start()
         peer_text = ", ".join(f"{h}:{p}" for h, p in peers) or "none"
         logger.info(
@@ -66,8 +117,89 @@ class Bridge:
             peer_text,
         )
 
-    def stop(self) -> None:
+    async def _start_http(self) -> None:
+        listen = parse_host_port(self.config.http.listen)
+        self.http = HttpServer(
+            {
+                "/api/sessions": lambda _q: json_response(self.sessions_json()),
+                "/api/clients": lambda _q: json_response(self.clients_json()),
+                "/-/healthy": lambda _q: self._healthy(),
+                "/-/ready": lambda _q: text(200, "ready\n"),
+            }
+        )
+        try:
+            await self.http.start(listen.host, listen.port)
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on {listen}/tcp for HTTP: {exc.strerror} "
+                "(choose another with --metrics-listen, or off)"
+            ) from None
+        logger.info("HTTP API on http://%s/api/sessions", listen)
+
+    def _healthy(self) -> Response:
+        assert self._loop is not None  # noqa: S101 - routes run on the started loop
+        stale = self._loop.time() - self.heartbeat
+        if stale > 3 * TICK_SECONDS:
+            return text(503, f"event loop heartbeat is {stale:.1f}s old\n")
+        return text(200, "ok\n")
+
+    def sessions_json(self) -> list[dict[str, Any]]:
+        """The live game list, as ``GET /api/sessions`` returns it."""
+        assert self._loop is not None  # noqa: S101
+        now = self._loop.time()
+        wall = time.time()
+        return [session_json(s, now, wall) for s in self.sessions.snapshot(now)]
+
+    def clients_json(self) -> list[dict[str, Any]]:
+        """Connected IPX clients and peers."""
+        if self.ipx is None or self._loop is None:
+            return []
+        now = self._loop.time()
+        sw = self.ipx.switch
+        out: list[dict[str, Any]] = [
+            {
+                "kind": "dosbox",
+                "address": f"{c.addr[0]}:{c.addr[1]}",
+                "node": c.node.hex(":"),
+                "idle_seconds": round(now - c.last_seen, 1),
+                "verified": c.verified,
+            }
+            for c in sw.clients.values()
+        ]
+        out += [
+            {"kind": "peer", "address": f"{p.addr[0]}:{p.addr[1]}", "node": p.node.hex(":")}
+            for p in sw.peers.values()
+        ]
+        return out
+
+    def _tick(self) -> None:
+        assert self._loop is not None  # noqa: S101
+        now = self._loop.time()
+        self.heartbeat = now
+        try:
+            self.inspector.tick(now)
+            interval = self.config.directplay.probe_interval
+            if interval > 0 and now >= self._next_probe:
+                self._next_probe = now + interval
+                self.probe_once()
+        finally:
+            self._timer = self._loop.call_later(TICK_SECONDS, self._tick)
+
+    def probe_once(self) -> None:
+        """One probe round: UDP on the selected interfaces, and IPX clients."""
+        if self.prober is not None:
+            self.prober.probe()
+            if self.ipx is not None and self.config.directplay.probe_ipx:
+                self.ipx.probe(dp4_probe(0, bare=True))
+
+    async def stop(self) -> None:
         """Close sockets and log the accounting summary."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.prober is not None:
+            await self.prober.close()
+        if self.http is not None:
+            await self.http.close()
         if self.ipx is not None:
             self.ipx.close()
             logger.info("stopped; IPX: %s", self.ipx_counters.summary())
@@ -80,9 +212,9 @@ async def serve(config: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     bridge = Bridge(config)
-    bridge.start(loop)
     try:
+        await bridge.start()
         await stopping.wait()
     finally:
-        bridge.stop()
+        await bridge.stop()
     return 0

@@ -6,6 +6,7 @@ start-up error. Errors are one clear line each, never a traceback.
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -63,12 +64,55 @@ def build_parser() -> argparse.ArgumentParser:
         help="static RFC 1234 peer, repeatable (default port 213)",
     )
     run.add_argument(
+        "--probe-interval",
+        type=float,
+        metavar="SECONDS",
+        help="send DirectPlay session probes every SECONDS (default 0 = off)",
+    )
+    run.add_argument(
+        "--metrics-listen",
+        type=_listen_arg,
+        metavar="ADDR:PORT|off",
+        help="HTTP API address (default 127.0.0.1:9213)",
+    )
+    run.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
         type=str.lower,
         help="log level (default info)",
     )
     run.add_argument("--log-format", choices=("text", "json"), help="log format")
+
+    dec = sub.add_parser("decode", help="decode IPX / DirectPlay frames offline")
+    src = dec.add_mutually_exclusive_group(required=True)
+    src.add_argument("--hex", metavar="HEX", help="one frame as hex (spaces allowed)")
+    src.add_argument("--pcap", type=Path, metavar="FILE", help="a classic pcap file")
+    dec.add_argument("--json", action="store_true", help="JSON list, one object per frame")
+
+    ses = sub.add_parser("sessions", help="list DirectPlay game sessions")
+    ses.add_argument("--json", action="store_true", help="JSON list")
+    ses.add_argument(
+        "--url",
+        default="http://127.0.0.1:9213",
+        help="HTTP API of the running bridge (default %(default)s)",
+    )
+    ses.add_argument(
+        "--probe", action="store_true", help="probe directly instead of asking a running bridge"
+    )
+    ses.add_argument(
+        "--iface",
+        action="append",
+        default=[],
+        metavar="IF",
+        help="interface (name, glob or CIDR) to probe on, repeatable",
+    )
+    ses.add_argument(
+        "--timeout",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="how long to collect answers when probing (default 3)",
+    )
 
     check = sub.add_parser("check-config", help="validate a configuration file")
     check.add_argument("file", type=Path)
@@ -83,6 +127,10 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         flags.setdefault("ipx", {})["listen"] = args.ipx_listen
     if args.peer:
         flags.setdefault("ipx", {})["peers"] = list(args.peer)
+    if args.probe_interval is not None:
+        flags.setdefault("directplay", {})["probe_interval"] = args.probe_interval
+    if args.metrics_listen is not None:
+        flags.setdefault("http", {})["listen"] = args.metrics_listen
     if args.log_level is not None:
         flags.setdefault("logging", {})["level"] = args.log_level
     if args.log_format is not None:
@@ -116,12 +164,62 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
 
 
+def _decode(args: argparse.Namespace) -> int:
+    from ipxbridge.decode import decode_hex, decode_pcap, summary_line  # noqa: PLC0415
+    from ipxbridge.games import game_table  # noqa: PLC0415
+    from ipxbridge.wire.pcap import PcapError  # noqa: PLC0415
+
+    games = game_table()
+    if args.hex is not None:
+        items = decode_hex(args.hex, games)
+    else:
+        try:
+            items = decode_pcap(args.pcap.read_bytes(), games)
+        except OSError as exc:
+            _report([f"{args.pcap}: cannot read: {exc.strerror}"])
+            return EXIT_USAGE
+        except PcapError as exc:
+            _report([f"{args.pcap}: {exc}"])
+            return EXIT_USAGE
+    if args.json:
+        print(json.dumps(items, indent=1))
+    else:
+        for item in items:
+            print(summary_line(item))
+    return EXIT_OK if all(i["ok"] for i in items) else EXIT_FAILURE
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    from ipxbridge.browse import fetch_sessions, probe_sessions, render_table  # noqa: PLC0415
+
+    try:
+        if args.probe:
+            if not args.iface:
+                _report(["sessions --probe needs at least one --iface"])
+                return EXIT_USAGE
+            items = asyncio.run(probe_sessions(args.iface, args.timeout))
+        else:
+            items = fetch_sessions(args.url)
+    except StartupError as exc:
+        _report([str(exc)])
+        return EXIT_USAGE if args.probe else EXIT_FAILURE
+    if args.json:
+        print(json.dumps(items, indent=1))
+    else:
+        sys.stdout.write(render_table(items))
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ipxbridge`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args)
+    if args.command == "decode":
+        return _decode(args)
+    if args.command == "sessions":
+        return _sessions(args)
     if args.command == "check-config":
         try:
             load_config(args.file)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
+from uuid import UUID
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -43,6 +44,19 @@ ipx:
   dedup_window: 2.0
   # Never relay NetBIOS/SMB/NCP/SAP/RIP/SNMP sockets (file sharing, not games).
   filter_sockets: true
+directplay:
+  # Send our own DirectPlay 4/8 session enumerations every N seconds (0 = off, min 1) so the
+  # game list fills even when no player is searching.
+  probe_interval: 0
+  probe_interfaces: []     # names, globs ("eth*") or CIDRs; empty = all IPv4 interfaces
+  probe_ipx: true          # also probe IPX clients (broadcast to socket 0xA57F)
+  session_expiry: 60       # seconds a session stays listed without a fresh announcement
+  max_sessions: 1024
+  games: {}                # extra titles: {"{GUID}": "Title"}
+http:
+  # HTTP API (/api/sessions, health), or "off". Keep it on loopback unless you scrape it
+  # from the LAN.
+  listen: "127.0.0.1:9213"
 logging:
   level: info              # debug | info | warning | error
   format: text             # text | json
@@ -151,6 +165,51 @@ class IpxSection(_Model):
             raise ValueError(f"{exc} (expected ADDR:PORT or off)") from None
 
 
+def _check_guid_table(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        try:
+            UUID(key.strip().strip("{}"))
+        except ValueError:
+            raise ValueError(f"{key!r} is not a GUID like {{76F93801-9340-11D2-...}}") from None
+    return value
+
+
+class DirectPlaySection(_Model):
+    """DirectPlay inspection, the session list and active probing."""
+
+    # Seconds between probe rounds; 0 turns probing off. At most one round per second.
+    probe_interval: Annotated[float, Field(ge=0, le=3600)] = 0.0
+    # Interfaces to probe on (names, globs or CIDRs); empty = every IPv4 interface but lo.
+    probe_interfaces: tuple[str, ...] = ()
+    probe_ipx: bool = True
+    session_expiry: Annotated[float, Field(gt=0, le=86_400)] = 60.0
+    max_sessions: Annotated[int, Field(ge=1, le=100_000)] = 1024
+    games: Annotated[dict[str, str], AfterValidator(_check_guid_table)] = Field(
+        default_factory=dict
+    )
+
+    @field_validator("probe_interval")
+    @classmethod
+    def _bounded(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError("probe_interval must be 0 (off) or at least 1 second")
+        return value
+
+
+class HttpSection(_Model):
+    """The HTTP API (and later /metrics, status page)."""
+
+    listen: str = "127.0.0.1:9213"
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        try:
+            return _check_listen(value)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (expected ADDR:PORT or off)") from None
+
+
 class LoggingSection(_Model):
     """Log output."""
 
@@ -167,6 +226,8 @@ class Config(_Model):
     """The whole configuration."""
 
     ipx: IpxSection = IpxSection()
+    directplay: DirectPlaySection = DirectPlaySection()
+    http: HttpSection = HttpSection()
     logging: LoggingSection = LoggingSection()
 
 

@@ -21,8 +21,9 @@ from typing import Final
 from ipxbridge.errors import StartupError
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.obs.logging import RateLimiter
+from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.switch import Address, IpxSwitch, Outcome
-from ipxbridge.wire.ipx import dosbox_node
+from ipxbridge.wire.ipx import HEADER_LEN, SOCKET_DPLAY_DISCOVERY, IpxHeader, dosbox_node
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,8 @@ RECV_BUFSIZE: Final = 65_535  # datagrams up to 65,507 bytes are accepted
 MAX_PER_WAKEUP: Final = 512
 SOCKET_BUFFER: Final = 8 << 20
 TICK_SECONDS: Final = 1.0
+# The bridge's own socket for DirectPlay probes (dynamic range 0x4000-0x7FFF).
+PROBE_SOCKET: Final = 0x7A57
 
 
 def open_udp_socket(host: str, port: int) -> socket.socket:
@@ -104,11 +107,13 @@ class IpxEndpoint:
         sock: socket.socket,
         switch: IpxSwitch,
         counters: IpxCounters,
+        inspector: Inspector | None = None,
     ) -> None:
         self._loop = loop
         self._sock = sock
         self.switch = switch
         self.counters = counters
+        self.inspector = inspector
         self._timer: asyncio.TimerHandle | None = None
         self._event_log = RateLimiter(rate=2.0, burst=20)
         self._drop_log = RateLimiter(rate=5.0, burst=20)  # per-packet lines: debug only
@@ -157,6 +162,7 @@ class IpxEndpoint:
         counters = self.counters
         send = self._send
         send_many = self._send_many
+        inspector = self.inspector
         now = self._loop.time()
         debug = logger.isEnabledFor(logging.DEBUG)
         for _ in range(MAX_PER_WAKEUP):
@@ -186,7 +192,23 @@ class IpxEndpoint:
                     logger.debug("drop %s from %s:%d", decision.reason, addr[0], addr[1])
             for reply, target in decision.replies:
                 send(reply, target)
+            header = decision.header
+            if inspector is not None and header is not None and len(data) > HEADER_LEN:
+                inspector.inspect(
+                    memoryview(data)[HEADER_LEN:],
+                    transport="ipx",
+                    host=ipx_host(header),
+                    source=("ipx", header.src_node),
+                    now=now,
+                )
         self._log_events()
+
+    def probe(self, payload: bytes) -> int:
+        """Broadcast a DirectPlay probe to every client on the discovery socket 0xA57F."""
+        packets = self.switch.probe_packets(SOCKET_DPLAY_DISCOVERY, PROBE_SOCKET, payload)
+        for packet, addr in packets:
+            self._send(packet, addr)
+        return len(packets)
 
     def _on_tick(self) -> None:
         try:
@@ -220,3 +242,8 @@ class IpxEndpoint:
                 logger.info("client %s:%d never answered a keepalive, dropped", ip, port)
             else:
                 logger.info("client %s:%d idle, expired", ip, port)
+
+
+def ipx_host(header: IpxHeader) -> str:
+    """An IPX source address as Wireshark prints it, ``network.node:socket``."""
+    return f"{header.src_net.hex()}.{header.src_node.hex()}:{header.src_socket:04x}"

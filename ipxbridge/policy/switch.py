@@ -45,6 +45,7 @@ from ipxbridge.wire.ipx import (
     MAX_HOPS,
     ZERO_NODE,
     IpxHeader,
+    build_packet,
     build_ping,
     build_ping_reply,
     build_registration_reply,
@@ -74,7 +75,6 @@ POLICY_DROP_REASONS: Final[tuple[str, ...]] = (
     "loop",
     "duplicate",
     "filtered_socket",
-    "to_bridge",
     "destination_on_ingress",
     "no_destination",
 )
@@ -91,6 +91,8 @@ class Decision:
         packet: the bytes to send to every address in ``targets`` (None when not forwarding).
         targets: where ``packet`` goes.
         replies: packets the bridge itself sends back, each with its address.
+        header: the IPX header, for packets that were forwarded or delivered to the bridge
+            itself (the DirectPlay inspector looks at their data).
     """
 
     outcome: Outcome
@@ -98,6 +100,7 @@ class Decision:
     packet: bytes | None = None
     targets: tuple[Address, ...] = ()
     replies: tuple[tuple[bytes, Address], ...] = ()
+    header: IpxHeader | None = None  # set when the payload is worth inspecting
 
 
 @dataclass(slots=True)
@@ -146,6 +149,17 @@ class SwitchSettings:
     filtered_sockets: frozenset[int] = field(default=DEFAULT_FILTERED_SOCKETS)
     answer_pings: bool = True
     rejoin: bool = True  # re-admit a known-shaped client without a new registration
+
+
+def ipx_build(src_node: bytes, dst_socket: int, src_socket: int, payload: bytes) -> bytes:
+    """A broadcast IPX packet from ``src_node``."""
+    return build_packet(
+        dst_node=BROADCAST_NODE,
+        dst_socket=dst_socket,
+        src_node=src_node,
+        src_socket=src_socket,
+        payload=payload,
+    )
 
 
 def _drop(reason: str) -> Decision:
@@ -300,10 +314,11 @@ class IpxSwitch:
         ):
             return _drop("spoofed_source")
         if header.dst_node == client.server_node:
-            # Addressed to the bridge: the answer to our keepalive, or a ping of the server.
+            # Addressed to the bridge: the answer to our keepalive, or a reply to one of the
+            # bridge's own DirectPlay probes (consumed here, and inspected by the caller).
             if header.is_echo:
                 return Decision(Outcome.CONTROL, "ping_reply")
-            return _drop("to_bridge")
+            return Decision(Outcome.CONTROL, "to_bridge", header=header)
         replies: tuple[tuple[bytes, Address], ...] = ()
         if header.is_echo and header.is_broadcast and self.settings.answer_pings:
             # Answer as a DOSBox client would, so a lone client can see the server is alive;
@@ -372,7 +387,20 @@ class IpxSwitch:
             return Decision(Outcome.DROPPED, "no_destination", replies=replies)
         # IPXWrapper coalesced datagrams are passed on byte for byte (protocols.md section 6).
         packet = data if header.is_coalesced else with_hops(data, hops)
-        return Decision(Outcome.FORWARDED, kind, packet, targets, replies)
+        return Decision(Outcome.FORWARDED, kind, packet, targets, replies, header)
+
+    def probe_packets(
+        self, dst_socket: int, src_socket: int, payload: bytes
+    ) -> list[tuple[bytes, Address]]:
+        """An IPX broadcast from the bridge itself to every client (DirectPlay probing).
+
+        Each copy carries the bridge's node as that client sees it, so replies come back
+        addressed to the bridge (``to_bridge``) and are inspected there.
+        """
+        return [
+            (ipx_build(client.server_node, dst_socket, src_socket, payload), client.addr)
+            for client in self.clients.values()
+        ]
 
     # --- timers ----------------------------------------------------------------------------
 

@@ -1,0 +1,93 @@
+"""``ipxbridge sessions``: the game list of a running bridge, or a one-off probe."""
+
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from ipxbridge.errors import StartupError
+from ipxbridge.games import game_table
+from ipxbridge.io.interfaces import select_ipv4
+from ipxbridge.io.probe import DirectPlayProber
+from ipxbridge.policy.inspect import Inspector
+from ipxbridge.policy.reassembly import Reassembler
+from ipxbridge.policy.sessions import SessionTable, session_json
+
+Json = dict[str, Any]
+
+
+def fetch_sessions(url: str, timeout: float = 5.0) -> list[Json]:
+    """``GET {url}/api/sessions`` of a running bridge.
+
+    Raises:
+        StartupError: the bridge cannot be reached or answered nonsense.
+    """
+    target = url.rstrip("/") + "/api/sessions"
+    if not target.startswith(("http://", "https://")):
+        target = "http://" + target
+    try:
+        with urllib.request.urlopen(target, timeout=timeout) as resp:  # noqa: S310 - http(s)
+            data = json.loads(resp.read())
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise StartupError(
+            f"cannot reach the bridge at {target}: {reason} "
+            "(is `ipxbridge run` running with its HTTP API on?)"
+        ) from None
+    except ValueError:
+        raise StartupError(f"{target} did not answer JSON") from None
+    if not isinstance(data, list):
+        raise StartupError(f"{target} did not answer a list")
+    return data
+
+
+async def probe_sessions(patterns: list[str], seconds: float, rounds: int = 3) -> list[Json]:
+    """Probe the given interfaces directly and return what answered within ``seconds``.
+
+    Raises:
+        StartupError: no interface matched.
+    """
+    interfaces = select_ipv4(patterns)
+    if not interfaces:
+        raise StartupError(f"no IPv4 interface matches {', '.join(patterns)}")
+    loop = asyncio.get_running_loop()
+    sessions = SessionTable(game_table())
+    prober = DirectPlayProber(loop, Inspector(sessions, Reassembler()), lambda: interfaces)
+    await prober.start()
+    try:
+        deadline = loop.time() + seconds
+        gap = seconds / max(rounds, 1)
+        for _ in range(rounds):
+            prober.probe()
+            await asyncio.sleep(min(gap, max(0.0, deadline - loop.time())))
+        await asyncio.sleep(max(0.0, deadline - loop.time()))
+    finally:
+        await prober.close()
+    now = loop.time()
+    wall = time.time()
+    return [session_json(s, now, wall) for s in sessions.snapshot(now)]
+
+
+def render_table(sessions: list[Json]) -> str:
+    """A fixed-width table for people."""
+    if not sessions:
+        return "no DirectPlay sessions seen\n"
+    rows = [("GAME", "SESSION", "PLAYERS", "PASSWORD", "HOST", "TRANSPORT", "LAST SEEN")]
+    for s in sessions:
+        rows.append(
+            (
+                str(s.get("game") or s.get("game_guid")),
+                str(s.get("session_name") or ""),
+                f"{s.get('players')}/{s.get('max_players')}",
+                "yes" if s.get("password") else "no",
+                str(s.get("host")),
+                str(s.get("transport")),
+                str(s.get("last_seen")),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows
+    )

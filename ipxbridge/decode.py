@@ -1,0 +1,296 @@
+"""Offline decoding for ``ipxbridge decode``: hex strings and pcap files to JSON-able dicts.
+
+Every frame becomes one object with the keys ``ok``, ``error``, ``ipx`` and ``directplay``
+(issue 3 fixes these names; more keys are additions). Nothing here raises for bad input:
+a frame that does not decode has ``ok: false`` and the reason in ``error``.
+"""
+
+from collections.abc import Mapping
+from typing import Any, Final
+from uuid import UUID
+
+from ipxbridge.wire.directplay import (
+    DP4Message,
+    DP8EnumQuery,
+    DP8EnumResponse,
+    DP8Frame,
+    DPlayError,
+    DPlayMessage,
+    EnumSessions,
+    EnumSessionsReply,
+    PacketFragment,
+    dp8_frame_name,
+    format_guid,
+    parse_dplay,
+    split_dp4_stream,
+)
+from ipxbridge.wire.errors import WireError
+from ipxbridge.wire.ipx import HEADER_LEN, IpxHeader, parse_header
+from ipxbridge.wire.pcap import Frame, read_pcap
+
+IPX_PORT: Final = 213
+DP4_PORT: Final = 47624
+DP8_PORT: Final = 6073
+DPLAY_PORTS: Final = range(2300, 2401)  # [MC-DPL4CS] 2.1 / [MC-DPLHP] 1.9
+
+Json = dict[str, Any]
+
+
+def ipx_json(h: IpxHeader) -> Json:
+    """The IPX header as JSON."""
+    return {
+        "checksum": h.checksum,
+        "length": h.length,
+        "hops": h.hops,
+        "packet_type": h.packet_type,
+        "dst_net": h.dst_net.hex(),
+        "dst_node": h.dst_node.hex(":"),
+        "dst_socket": h.dst_socket,
+        "src_net": h.src_net.hex(),
+        "src_node": h.src_node.hex(":"),
+        "src_socket": h.src_socket,
+    }
+
+
+def dplay_json(msg: DPlayMessage, games: Mapping[UUID, str]) -> Json:
+    """A decoded DirectPlay message as JSON (fixed keys first)."""
+    out: Json = {
+        "version": 4,
+        "command": 0,
+        "command_name": "",
+        "game_guid": None,
+        "game": None,
+        "session_name": None,
+        "current_players": None,
+        "max_players": None,
+        "flags": None,
+    }
+    guid: UUID | None = None
+    if isinstance(msg, DP4Message):
+        out.update(
+            command=msg.command,
+            command_name=msg.command_name,
+            dialect_version=msg.version,
+            sp_header=msg.header is not None,
+        )
+        if msg.header is not None:
+            out["sockaddr"] = f"{msg.header.sockaddr.address}:{msg.header.sockaddr.port}"
+            out["token"] = f"0x{msg.header.token:03x}"
+        parsed = msg.parsed
+        if isinstance(parsed, EnumSessions):
+            guid = parsed.application_guid
+            out.update(flags=parsed.flags, password=parsed.password)
+        elif isinstance(parsed, EnumSessionsReply):
+            d = parsed.desc
+            guid = d.application_guid
+            out.update(
+                session_name=parsed.name,
+                current_players=d.current_players,
+                max_players=d.max_players,
+                flags=d.flags,
+                instance_guid=format_guid(d.instance_guid),
+                user=[f"0x{u:08x}" for u in d.user],
+            )
+        elif isinstance(parsed, PacketFragment):
+            out.update(
+                message_guid=format_guid(parsed.message_guid),
+                packet_index=parsed.packet_index,
+                total_packets=parsed.total_packets,
+                message_size=parsed.message_size,
+                data_size=parsed.data_size,
+            )
+    elif isinstance(msg, DP8EnumQuery):
+        guid = msg.application_guid
+        out.update(
+            version=8,
+            command=0x02,
+            command_name="EnumQuery",
+            query_type=msg.query_type,
+            cookie=msg.cookie,
+        )
+    elif isinstance(msg, DP8EnumResponse):
+        guid = msg.application_guid
+        out.update(
+            version=8,
+            command=0x03,
+            command_name="EnumResponse",
+            session_name=msg.session_name,
+            current_players=msg.current_players,
+            max_players=msg.max_players,
+            flags=msg.flags,
+            cookie=msg.cookie,
+            instance_guid=format_guid(msg.instance_guid),
+        )
+    elif isinstance(msg, DP8Frame):
+        out.update(
+            version=8,
+            command=msg.command,
+            command_name=dp8_frame_name(msg),
+            session_id=f"0x{msg.session_id:08x}",
+        )
+    if guid is not None:
+        out["game_guid"] = format_guid(guid)
+        out["game"] = games.get(guid)
+    return out
+
+
+def _dplay(payload: bytes, games: Mapping[UUID, str], *, dp8_context: bool) -> Json:
+    try:
+        msg = parse_dplay(payload, dp8_context=dp8_context)
+    except DPlayError as exc:
+        return {
+            "ok": False,
+            "error": exc.reason,
+            "detail": exc.detail,
+            "ipx": None,
+            "directplay": None,
+        }
+    return {"ok": True, "error": None, "ipx": None, "directplay": dplay_json(msg, games)}
+
+
+def decode_ipx(data: bytes, games: Mapping[UUID, str]) -> Json:
+    """An IPX packet (UDP 213 payload) and, when its data is DirectPlay, that too."""
+    try:
+        header = parse_header(data)
+    except WireError as exc:
+        return {
+            "ok": False,
+            "error": exc.reason,
+            "detail": exc.detail,
+            "ipx": None,
+            "directplay": None,
+        }
+    out: Json = {"ok": True, "error": None, "ipx": ipx_json(header), "directplay": None}
+    payload = data[HEADER_LEN:]
+    if payload:
+        inner = _dplay(payload, games, dp8_context=False)
+        if inner["ok"]:
+            out["directplay"] = inner["directplay"]
+        elif inner["error"] != "not_dplay":
+            out.update(ok=False, error=inner["error"], detail=inner.get("detail"))
+    return out
+
+
+def looks_like_ipx(data: bytes) -> bool:
+    """Checksum 0xFFFF and a Length field equal to the size: an IPX packet (issue 3)."""
+    return (
+        len(data) >= HEADER_LEN
+        and data[:2] == b"\xff\xff"
+        and int.from_bytes(data[2:4], "big") == len(data)
+    )
+
+
+def decode_hex(text: str, games: Mapping[UUID, str]) -> list[Json]:
+    """Decode one frame given as hex (spaces, colons and newlines allowed)."""
+    cleaned = "".join(text.replace(":", " ").split())
+    try:
+        data = bytes.fromhex(cleaned)
+    except ValueError:
+        return [
+            {
+                "ok": False,
+                "error": "bad_hex",
+                "detail": "not a hexadecimal string",
+                "ipx": None,
+                "directplay": None,
+            }
+        ]
+    if looks_like_ipx(data):
+        return [{"frame": 1, **decode_ipx(data, games)}]
+    return [{"frame": 1, **_dplay(data, games, dp8_context=True)}]
+
+
+def decode_frame(frame: Frame, games: Mapping[UUID, str]) -> list[Json]:
+    """One pcap record (a TCP segment may hold several DirectPlay messages)."""
+    base: Json = {
+        "frame": frame.number,
+        "transport": frame.transport,
+        "src": f"{frame.src}:{frame.sport}",
+        "dst": f"{frame.dst}:{frame.dport}",
+    }
+    if frame.error is not None:
+        return [
+            {
+                **base,
+                "ok": False,
+                "error": "undecodable_frame",
+                "detail": frame.error,
+                "ipx": None,
+                "directplay": None,
+            }
+        ]
+    ports = (frame.sport, frame.dport)
+    if frame.transport == "udp" and IPX_PORT in ports:
+        return [{**base, **decode_ipx(frame.payload, games)}]
+    if frame.transport == "tcp":
+        if not frame.payload:  # handshake, ACK or FIN: nothing to decode, nothing wrong
+            return [
+                {
+                    **base,
+                    "ok": True,
+                    "error": None,
+                    "note": "no payload",
+                    "ipx": None,
+                    "directplay": None,
+                }
+            ]
+        try:
+            messages, rest = split_dp4_stream(frame.payload)
+        except DPlayError as exc:
+            return [{**base, "ok": False, "error": exc.reason, "ipx": None, "directplay": None}]
+        out = [{**base, **_dplay(m, games, dp8_context=False)} for m in messages]
+        if rest:
+            out.append(
+                {
+                    **base,
+                    "ok": False,
+                    "error": "dplay_truncated",
+                    "detail": f"{len(rest)} bytes of an incomplete message",
+                    "ipx": None,
+                    "directplay": None,
+                }
+            )
+        return out
+    dp8 = DP8_PORT in ports or any(2302 <= p <= 2400 for p in ports)
+    return [{**base, **_dplay(frame.payload, games, dp8_context=dp8)}]
+
+
+def decode_pcap(data: bytes, games: Mapping[UUID, str]) -> list[Json]:
+    """Every record of a classic pcap file.
+
+    Raises:
+        PcapError: the file itself is unreadable.
+    """
+    out: list[Json] = []
+    for frame in read_pcap(data):
+        out.extend(decode_frame(frame, games))
+    return out
+
+
+def summary_line(item: Json) -> str:
+    """One human-readable line per decoded frame."""
+    head = f"#{item.get('frame', '?')}"
+    if "src" in item:
+        head += f" {item.get('transport')} {item['src']} -> {item['dst']}"
+    if not item["ok"]:
+        detail = item.get("detail")
+        return f"{head}: ERROR {item['error']}" + (f" ({detail})" if detail else "")
+    parts = []
+    if item["ipx"]:
+        i = item["ipx"]
+        parts.append(
+            f"IPX {i['src_net']}.{i['src_node']}:{i['src_socket']:04x} -> "
+            f"{i['dst_net']}.{i['dst_node']}:{i['dst_socket']:04x} hops={i['hops']} "
+            f"len={i['length']}"
+        )
+    dp = item["directplay"]
+    if dp:
+        text = f"DirectPlay {dp['version']} {dp['command_name']}"
+        if dp.get("game_guid"):
+            text += f" game={dp['game'] or dp['game_guid']}"
+        if dp.get("session_name") is not None:
+            text += f" session={dp['session_name']!r}"
+        if dp.get("max_players") is not None:
+            text += f" players={dp['current_players']}/{dp['max_players']}"
+        parts.append(text)
+    return f"{head}: " + ("; ".join(parts) or item.get("note", "not IPX or DirectPlay"))

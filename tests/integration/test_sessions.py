@@ -1,0 +1,153 @@
+"""The live game list end to end: a bridge probes fake DirectPlay 4 / 8 / IPX hosts in a
+namespace; the sessions appear in ``ipxbridge sessions --json`` and expire when the hosts stop.
+
+Topology: ``box`` (bridge, lan 10.51.0.1/24) <-> ``host`` (10.51.0.20/24) running
+``fake_dplay_host.py``.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import ROOT, BridgeProcess, Netns
+
+FAKE_HOST = Path(__file__).with_name("fake_dplay_host.py")
+
+
+def start_host(net: Netns, ns: str, *args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        net.exec_args(ns, sys.executable, str(FAKE_HOST), *args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "ready", line + (proc.stdout.read() if proc.poll() else "")
+    return proc
+
+
+def sessions(net: Netns, ns: str, *args: str) -> list[dict[str, object]]:
+    res = subprocess.run(
+        net.exec_args(ns, sys.executable, "-m", "ipxbridge", "sessions", "--json", *args),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert isinstance(data, list)
+    return data
+
+
+def wait_sessions(net: Netns, ns: str, count: int, timeout: float) -> list[dict[str, object]]:
+    deadline = time.monotonic() + timeout
+    found: list[dict[str, object]] = []
+    while time.monotonic() < deadline:
+        found = sessions(net, ns)
+        if len(found) == count:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"expected {count} sessions, got {found}")
+
+
+@pytest.mark.netns
+def test_probed_sessions_are_listed_and_expire(net: Netns, workdir: Path) -> None:
+    box, host = net.add("box"), net.add("host")
+    net.link(box, "lan", "10.51.0.1/24", host, "eth0", "10.51.0.20/24")
+    env_expiry = {"IPXBRIDGE_DIRECTPLAY__SESSION_EXPIRY": "4"}
+    os.environ.update(env_expiry)
+    try:
+        bridge = BridgeProcess(
+            net, box, "--probe-interval", "1", "--ipx-listen", "10.51.0.1:213", log_dir=workdir
+        )
+    finally:
+        for key in env_expiry:
+            del os.environ[key]
+    fake = start_host(
+        net,
+        host,
+        "--name",
+        "Armada LAN",
+        "--players",
+        "3",
+        "--max",
+        "8",
+        "--password",
+        "--ipx",
+        "10.51.0.1:213",
+    )
+    try:
+        found = wait_sessions(net, box, 3, 15)
+        by_transport = {s["transport"]: s for s in found}
+        assert set(by_transport) == {"dp4-tcp", "dp8", "ipx"}
+        dp4 = by_transport["dp4-tcp"]
+        assert dp4["game"] == "Star Trek: Armada"
+        assert dp4["game_guid"] == "{76F93801-9340-11D2-AE34-00600895C779}"
+        assert dp4["session_name"] == "Armada LAN"
+        assert (dp4["players"], dp4["max_players"], dp4["password"]) == (3, 8, True)
+        assert dp4["host"] == "10.51.0.20:2300"  # the host's TCP port from its SOCKADDR
+        dp8 = by_transport["dp8"]
+        assert dp8["session_name"] == "Armada LAN (DP8)"
+        assert dp8["host"] == "10.51.0.20:2302"  # answered from the game port, not 6073
+        assert dp8["game"] is None
+        assert dp8["password"] is True
+        ipx_session = by_transport["ipx"]
+        assert ipx_session["session_name"] == "Armada LAN (IPX)"
+        assert str(ipx_session["host"]).endswith(":4002")
+        for s in found:
+            assert set(s) >= {
+                "game",
+                "game_guid",
+                "session_name",
+                "players",
+                "max_players",
+                "password",
+                "host",
+                "transport",
+                "last_seen",
+            }
+    finally:
+        fake.kill()
+        fake.wait(5)
+    wait_sessions(net, box, 0, 10)  # expiry 4 s once the host stops answering
+    assert bridge.stop() == 0
+    assert "Traceback" not in bridge.log()
+
+
+@pytest.mark.netns
+def test_sessions_probe_without_a_bridge(net: Netns) -> None:
+    box, host = net.add("box"), net.add("host")
+    net.link(box, "lan", "10.52.0.1/24", host, "eth0", "10.52.0.20/24")
+    fake = start_host(net, host, "--name", "Direct probe")
+    try:
+        found = sessions(net, box, "--probe", "--iface", "lan", "--timeout", "2")
+    finally:
+        fake.kill()
+        fake.wait(5)
+    names = sorted(str(s["session_name"]) for s in found)
+    assert names == ["Direct probe", "Direct probe (DP8)"]
+
+
+@pytest.mark.netns
+def test_sessions_without_a_running_bridge_says_so(net: Netns) -> None:
+    box = net.add("box")
+    res = subprocess.run(
+        net.exec_args(box, sys.executable, "-m", "ipxbridge", "sessions"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=ROOT,
+    )
+    assert res.returncode == 1
+    assert "cannot reach the bridge" in res.stderr
+    assert "Traceback" not in res.stderr
