@@ -10,6 +10,7 @@ import itertools
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from pyroute2 import netns as pr_netns
+
+from ipxbridge.wire import ipx
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -202,3 +205,31 @@ class DosBox:
                 self.proc.kill()
                 self.proc.wait(5)
         self._log.close()
+
+
+class Client:
+    """A synthetic DOSBox-protocol client living in a namespace."""
+
+    def __init__(self, ns: str, server: tuple[str, int]) -> None:
+        with inside(ns):
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.settimeout(2.0)
+        self.sock.bind(("0.0.0.0", 0))
+        self.server = server
+        self.sock.sendto(ipx.build_registration(), server)
+        reply, _ = self.sock.recvfrom(2048)
+        self.node = ipx.parse_header(reply).dst_node
+
+    def send(self, dst_node: bytes, payload: bytes, sock: int = 0x4545) -> None:
+        pkt = ipx.build_packet(
+            dst_node=dst_node, dst_socket=sock, src_node=self.node, src_socket=sock, payload=payload
+        )
+        self.sock.sendto(pkt, self.server)
+
+    def receive(self, sock: int = 0x4545) -> tuple[ipx.IpxHeader, bytes]:
+        """Next packet on the data socket (keepalive pings are skipped)."""
+        while True:
+            data, _ = self.sock.recvfrom(70_000)
+            header, payload = ipx.parse_packet(data)
+            if header.dst_socket == sock:
+                return header, bytes(payload)

@@ -20,7 +20,7 @@ import pytest
 
 from ipxbridge.wire import ipx
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, DosBox, Netns, inside
+from tests.integration.harness import BridgeProcess, Client, DosBox, Netns, inside
 
 
 def one_bridge(net: Netns) -> tuple[str, str, str]:
@@ -38,34 +38,6 @@ def two_sites(net: Netns) -> tuple[str, str, str, str]:
     net.link(sa, "lan", "10.41.1.1/24", a1, "eth0", "10.41.1.11/24")
     net.link(sb, "lan", "10.42.1.1/24", b1, "eth0", "10.42.1.11/24")
     return sa, sb, a1, b1
-
-
-class Client:
-    """A synthetic DOSBox-protocol client living in a namespace."""
-
-    def __init__(self, ns: str, server: tuple[str, int]) -> None:
-        with inside(ns):
-            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.settimeout(2.0)
-        self.sock.bind(("0.0.0.0", 0))
-        self.server = server
-        self.sock.sendto(ipx.build_registration(), server)
-        reply, _ = self.sock.recvfrom(2048)
-        self.node = ipx.parse_header(reply).dst_node
-
-    def send(self, dst_node: bytes, payload: bytes, sock: int = 0x4545) -> None:
-        pkt = ipx.build_packet(
-            dst_node=dst_node, dst_socket=sock, src_node=self.node, src_socket=sock, payload=payload
-        )
-        self.sock.sendto(pkt, self.server)
-
-    def receive(self, sock: int = 0x4545) -> tuple[ipx.IpxHeader, bytes]:
-        """Next packet on the data socket (keepalive pings are skipped)."""
-        while True:
-            data, _ = self.sock.recvfrom(70_000)
-            header, payload = ipx.parse_packet(data)
-            if header.dst_socket == sock:
-                return header, bytes(payload)
 
 
 @pytest.mark.netns

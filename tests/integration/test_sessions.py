@@ -10,13 +10,16 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import ROOT, BridgeProcess, Netns
+from ipxbridge.wire.directplay import EnumSessionsReply, SessionDesc, build_enum_sessions_reply
+from tests.integration.harness import ROOT, BridgeProcess, Client, Netns
 
 FAKE_HOST = Path(__file__).with_name("fake_dplay_host.py")
+TA = uuid.UUID("99797420-F5F5-11CF-9827-00A0241496C8")
 
 
 def start_host(net: Netns, ns: str, *args: str) -> subprocess.Popen[str]:
@@ -151,3 +154,32 @@ def test_sessions_without_a_running_bridge_says_so(net: Netns) -> None:
     assert res.returncode == 1
     assert "cannot reach the bridge" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.netns
+def test_dplay_reply_carried_between_ipx_clients_is_listed(net: Netns, workdir: Path) -> None:
+    """Inspection in the data path: the bridge lists what its IPX clients announce."""
+    box, c1 = net.add("box"), net.add("c1")
+    net.link(box, "lan", "10.53.0.1/24", c1, "eth0", "10.53.0.11/24")
+    bridge = BridgeProcess(net, box, log_dir=workdir)
+    try:
+        host = Client(c1, ("10.53.0.1", 213))
+        player = Client(c1, ("10.53.0.1", 213))
+        desc = SessionDesc(
+            flags=0,
+            instance_guid=uuid.uuid4(),
+            application_guid=TA,
+            max_players=4,
+            current_players=2,
+            user=(0, 0, 0, 0),
+        )
+        reply = build_enum_sessions_reply(EnumSessionsReply(desc, "TA over IPX"), bare=True)
+        host.send(player.node, reply, sock=0x4002)
+        assert player.receive(0x4002)[1] == reply  # forwarded unchanged...
+        (session,) = wait_sessions(net, box, 1, 5)  # ...and inspected on the way
+        assert session["game"] == "Total Annihilation"
+        assert session["session_name"] == "TA over IPX"
+        assert session["transport"] == "ipx"
+        assert session["host"] == f"00000000.{host.node.hex()}:4002"
+    finally:
+        assert bridge.stop() == 0

@@ -1,0 +1,159 @@
+"""``ipxbridge decode``: hex auto-detection, pcap link types, JSON keys, clean errors."""
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ipxbridge.decode import decode_hex, decode_pcap
+from ipxbridge.games import game_table
+from ipxbridge.wire.pcap import PcapError, read_pcap
+from tests.unit.vectors import VECTORS_PCAP, load_vectors
+
+GAMES = game_table()
+ARMADA = "{76F93801-9340-11D2-AE34-00600895C779}"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ipxbridge", "decode", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_hex_ipx_with_dplay_inside_is_auto_detected() -> None:
+    vec = load_vectors()
+    (item,) = decode_hex(vec["c"].data.hex(" "), GAMES)
+    assert item["ok"] is True
+    assert item["ipx"]["dst_socket"] == 0xA57F
+    dp = item["directplay"]
+    assert (dp["version"], dp["command"], dp["command_name"]) == (4, 2, "EnumSessions")
+    assert (dp["game_guid"], dp["game"]) == (ARMADA, "Star Trek: Armada")
+
+
+def test_hex_dplay_reply_fields() -> None:
+    vec = load_vectors()
+    (item,) = decode_hex(vec["b"].data.hex(), GAMES)
+    dp = item["directplay"]
+    assert item["ipx"] is None
+    assert dp["command_name"] == "EnumSessionsReply"
+    assert (dp["session_name"], dp["current_players"], dp["max_players"]) == ("Armada LAN", 1, 8)
+    assert dp["flags"] == 0x44
+
+
+def test_hex_dp8_response() -> None:
+    vec = load_vectors()
+    (item,) = decode_hex(vec["d3"].data.hex(), GAMES)
+    dp = item["directplay"]
+    assert (dp["version"], dp["command_name"], dp["session_name"]) == (
+        8,
+        "EnumResponse",
+        "DP8 LAN Game",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("zz", "bad_hex"),
+        ("00 00 00 00", "not_dplay"),
+        ("ff ff 00 1e", "dplay_truncated"),  # could be a DirectPlay 8 frame: too short
+        (
+            "34 00 b0 fa 02 00 08 fc 00 00 00 00 00 00 00 00 00 00 00 00 70 6c 61 79 02 00 0e 00",
+            "dplay_bad_size",
+        ),
+    ],
+)
+def test_hex_errors_are_reasons(text: str, error: str) -> None:
+    (item,) = decode_hex(text, GAMES)
+    assert (item["ok"], item["error"]) == (False, error)
+
+
+def test_cli_json_for_shipped_pcap() -> None:
+    res = run("--pcap", str(VECTORS_PCAP), "--json")
+    assert res.returncode == 0, res.stderr
+    items = json.loads(res.stdout)
+    assert len(items) == 15
+    for item in items:
+        assert {"ok", "error", "ipx", "directplay"} <= set(item)
+    reply = next(
+        i
+        for i in items
+        if i["directplay"] and i["directplay"]["command_name"] == "EnumSessionsReply"
+    )
+    assert reply["directplay"]["session_name"] == "Armada LAN"
+    ipx_items = [i for i in items if i["ipx"]]
+    assert len(ipx_items) == 2
+    assert all(i["directplay"]["game"] == "Star Trek: Armada" for i in ipx_items)
+
+
+def test_cli_malformed_input_is_a_reason_not_a_traceback(tmp_path: Path) -> None:
+    res = run("--hex", "ff ff 00 40 00")
+    assert res.returncode == 1
+    assert "ERROR" in res.stdout
+    assert "Traceback" not in res.stdout + res.stderr
+    bogus = tmp_path / "x.pcap"
+    bogus.write_bytes(b"not a pcap at all, definitely not")
+    res = run("--pcap", str(bogus))
+    assert res.returncode == 2
+    assert res.stderr.strip() == f"ipxbridge: {bogus}: not a pcap file (bad magic)"
+    res = run("--pcap", str(tmp_path / "missing.pcap"))
+    assert res.returncode == 2
+    assert "cannot read" in res.stderr
+
+
+def pcap(linktype: int, frames: list[bytes]) -> bytes:
+    out = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, linktype)
+    for f in frames:
+        out += struct.pack("<IIII", 1, 0, len(f), len(f)) + f
+    return out
+
+
+def ipv4_udp(payload: bytes, sport: int, dport: int) -> bytes:
+    udp = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+    ip = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        20 + len(udp),
+        0,
+        0,
+        64,
+        17,
+        0,
+        bytes([10, 0, 0, 1]),
+        bytes([10, 0, 0, 2]),
+    )
+    return ip + udp
+
+
+@pytest.mark.parametrize("linktype", [1, 113, 101])
+def test_pcap_link_types(linktype: int) -> None:
+    vec = load_vectors()
+    ip = ipv4_udp(vec["a"].data, 50000, 47624)
+    if linktype == 1:
+        frame = b"\xff" * 6 + b"\x02" * 6 + b"\x08\x00" + ip
+    elif linktype == 113:
+        frame = b"\x00\x01\x00\x01\x00\x06" + b"\x02" * 8 + b"\x08\x00" + ip
+    else:
+        frame = ip
+    (item,) = decode_pcap(pcap(linktype, [frame]), GAMES)
+    assert item["ok"], item
+    assert item["directplay"]["command_name"] == "EnumSessions"
+    assert item["src"] == "10.0.0.1:50000"
+
+
+def test_pcap_truncated_record_and_unknown_link() -> None:
+    frames = list(read_pcap(pcap(1, [b"\x00" * 10])))
+    assert frames[0].error == "truncated Ethernet header"
+    assert next(read_pcap(pcap(999, [b"x"]))).error == "unsupported link type 999"
+    data = pcap(101, [ipv4_udp(b"x", 1, 2)])
+    assert next(read_pcap(data[:-3])).error == "truncated record"
+    with pytest.raises(PcapError, match="pcapng"):
+        list(read_pcap(b"\x0a\x0d\x0d\x0a" + b"\x00" * 40))

@@ -1,0 +1,97 @@
+"""The HTTP server on the event loop: routes, errors, and the health check's honesty."""
+
+import asyncio
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from ipxbridge.app import Bridge
+from ipxbridge.config import load_config
+from ipxbridge.obs.http import HttpServer, text
+
+
+async def request(port: int, raw: bytes) -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(raw)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def test_routes_404_405_head() -> None:
+    async def main() -> None:
+        server = HttpServer({"/hello": lambda q: text(200, f"hi {q}\n")})
+        await server.start("127.0.0.1", 0)
+        try:
+            assert await request(server.port, b"GET /hello?x=1 HTTP/1.1\r\n\r\n") == (
+                200,
+                b"hi x=1\n",
+            )
+            assert (await request(server.port, b"GET /nope HTTP/1.1\r\n\r\n"))[0] == 404
+            assert (await request(server.port, b"POST /hello HTTP/1.1\r\n\r\n"))[0] == 405
+            assert await request(server.port, b"HEAD /hello HTTP/1.1\r\n\r\n") == (200, b"")
+            assert (await request(server.port, b"garbage\r\n\r\n"))[0] == 400
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+
+
+def test_health_turns_503_when_the_loop_heartbeat_is_stale() -> None:
+    async def main() -> None:
+        config = load_config(
+            None, {}, {"ipx": {"listen": "127.0.0.1:21999"}, "http": {"listen": "127.0.0.1:21998"}}
+        )
+        bridge = Bridge(config)
+        await bridge.start()
+        try:
+            assert await request(21998, b"GET /-/healthy HTTP/1.1\r\n\r\n") == (200, b"ok\n")
+            bridge.heartbeat -= 10  # as if the loop had been stuck for 10 s
+            status, body = await request(21998, b"GET /-/healthy HTTP/1.1\r\n\r\n")
+            assert status == 503
+            assert b"heartbeat" in body
+            status, body = await request(21998, b"GET /api/sessions HTTP/1.1\r\n\r\n")
+            assert (status, json.loads(body)) == (200, [])
+        finally:
+            await bridge.stop()
+
+    asyncio.run(main())
+
+
+def test_blocked_loop_fails_the_health_check_then_recovers() -> None:
+    """The endpoint runs on the relay loop: while the loop is stuck, a checker times out."""
+
+    def probe(results: list[str]) -> None:
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:21996/-/healthy", timeout=1) as r:
+                results.append(str(r.status))
+        except (urllib.error.URLError, TimeoutError) as exc:
+            results.append(type(exc).__name__)
+
+    async def main() -> None:
+        config = load_config(
+            None, {}, {"ipx": {"listen": "127.0.0.1:21997"}, "http": {"listen": "127.0.0.1:21996"}}
+        )
+        bridge = Bridge(config)
+        await bridge.start()
+        try:
+            during: list[str] = []
+            checker = threading.Thread(target=probe, args=(during,))
+            checker.start()
+            time.sleep(2.0)  # noqa: ASYNC251 - blocking the loop on purpose
+            checker.join(5)
+            assert len(during) == 1
+            assert during[0] != "200", during
+            after: list[str] = []
+            checker = threading.Thread(target=probe, args=(after,))
+            checker.start()
+            await asyncio.to_thread(checker.join, 5)
+            assert after == ["200"]
+        finally:
+            await bridge.stop()
+
+    asyncio.run(main())

@@ -1,0 +1,190 @@
+"""Session table and inspector: pure, with an injected clock."""
+
+import uuid
+
+from ipxbridge.games import game_table, parse_guid
+from ipxbridge.policy.inspect import Inspector
+from ipxbridge.policy.reassembly import Reassembler
+from ipxbridge.policy.sessions import SessionTable, session_json
+from ipxbridge.wire.directplay import (
+    DP8EnumResponse,
+    EnumSessionsReply,
+    PacketFragment,
+    SessionDesc,
+    SockAddr,
+    build_dp8_enum_response,
+    build_enum_sessions_reply,
+    build_packet_fragment,
+)
+
+ARMADA = parse_guid("{76F93801-9340-11D2-AE34-00600895C779}")
+
+
+def desc(players: int = 2, flags: int = 0, instance: uuid.UUID | None = None) -> SessionDesc:
+    return SessionDesc(
+        flags=flags,
+        instance_guid=instance or uuid.uuid4(),
+        application_guid=ARMADA,
+        max_players=8,
+        current_players=players,
+        user=(0, 0, 0, 0),
+    )
+
+
+def reply(d: SessionDesc, name: str = "LAN") -> EnumSessionsReply:
+    return EnumSessionsReply(d, name)
+
+
+def test_builtin_game_table_has_the_documented_titles() -> None:
+    games = game_table()
+    assert games[ARMADA] == "Star Trek: Armada"
+    assert games[parse_guid("{99797420-F5F5-11CF-9827-00A0241496C8}")] == "Total Annihilation"
+    extended = game_table({"{01234567-89AB-CDEF-0123-456789ABCDEF}": "My Game"})
+    assert extended[parse_guid("01234567-89ab-cdef-0123-456789abcdef")] == "My Game"
+
+
+def test_session_refresh_and_expiry() -> None:
+    table = SessionTable(game_table(), expiry=60.0)
+    d = desc()
+    table.observe_dp4(reply(d), "10.0.0.5:2300", "dp4-tcp", 0.0)
+    table.observe_dp4(
+        reply(desc(players=5, instance=d.instance_guid)), "10.0.0.5:2300", "dp4-tcp", 30.0
+    )
+    (s,) = table.snapshot(30.0)
+    assert (s.players, s.first_seen, s.last_seen, s.game) == (5, 0.0, 30.0, "Star Trek: Armada")
+    assert len(table.snapshot(90.0)) == 1
+    assert table.snapshot(90.1) == []
+
+
+def test_flags_map_to_password_and_join_disabled() -> None:
+    table = SessionTable({})
+    s = table.observe_dp4(reply(desc(flags=0x0400 | 0x0020)), "h", "ipx", 0.0)
+    assert (s.password, s.join_disabled, s.game) == (True, True, None)
+
+
+def test_table_is_bounded_least_recently_seen_goes() -> None:
+    table = SessionTable({}, max_sessions=3)
+    first = desc()
+    table.observe_dp4(reply(first), "h", "ipx", 0.0)
+    for t in range(1, 4):
+        table.observe_dp4(reply(desc()), "h", "ipx", float(t))
+    assert len(table) == 3
+    assert first.instance_guid not in {s.instance_guid for s in table.snapshot(4.0)}
+
+
+def test_players_by_game_uses_other_for_unknown() -> None:
+    table = SessionTable(game_table())
+    table.observe_dp4(reply(desc(players=3)), "h", "ipx", 0.0)
+    resp = DP8EnumResponse(
+        cookie=1,
+        flags=0,
+        max_players=4,
+        current_players=2,
+        session_name="x",
+        password=b"",
+        reserved_data=b"",
+        app_reserved_data=b"",
+        instance_guid=uuid.uuid4(),
+        application_guid=uuid.uuid4(),
+        reply_data=b"",
+    )
+    table.observe_dp8(resp, "h:2302", 0.0)
+    assert table.players_by_game(0.0) == {"Star Trek: Armada": (1, 3), "other": (1, 2)}
+
+
+def test_session_json_has_the_issue_keys() -> None:
+    table = SessionTable(game_table())
+    s = table.observe_dp4(reply(desc(), "Armada LAN"), "10.0.0.5:2300", "dp4-tcp", 100.0)
+    out = session_json(s, now=110.0, wall_now=1_800_000_000.0)
+    assert out["game"] == "Star Trek: Armada"
+    assert out["game_guid"] == "{76F93801-9340-11D2-AE34-00600895C779}"
+    assert out["session_name"] == "Armada LAN"
+    assert (out["players"], out["max_players"], out["password"]) == (2, 8, False)
+    assert (out["host"], out["transport"]) == ("10.0.0.5:2300", "dp4-tcp")
+    assert out["last_seen"] == "2027-01-15T07:59:50Z"
+    assert out["age_seconds"] == 10.0
+
+
+def make_inspector() -> Inspector:
+    return Inspector(SessionTable(game_table()), Reassembler())
+
+
+def test_inspector_picks_up_dp4_reply_over_ipx_and_udp_and_counts() -> None:
+    ins = make_inspector()
+    bare = build_enum_sessions_reply(reply(desc()), bare=True)
+    ins.inspect(bare, transport="ipx", host="00000000.0a0000050001:4002", source=1, now=0.0)
+    sp = build_enum_sessions_reply(reply(desc()), sockaddr=SockAddr(2, 2300, "0.0.0.0"))
+    ins.inspect(sp, transport="tcp", host="10.0.0.5:2300", source=2, now=0.0)
+    transports = sorted(s.transport for s in ins.sessions.snapshot(0.0))
+    assert transports == ["dp4-tcp", "ipx"]
+    assert ins.messages[(4, "EnumSessionsReply")] == 2
+
+
+def test_inspector_dp8_response_and_non_dplay_ignored() -> None:
+    ins = make_inspector()
+    resp = DP8EnumResponse(
+        cookie=7,
+        flags=0x80,
+        max_players=4,
+        current_players=1,
+        session_name="DP8 game",
+        password=b"",
+        reserved_data=b"",
+        app_reserved_data=b"",
+        instance_guid=uuid.uuid4(),
+        application_guid=uuid.uuid4(),
+        reply_data=b"",
+    )
+    ins.inspect(
+        build_dp8_enum_response(resp),
+        transport="udp",
+        host="10.0.0.6:2302",
+        source=3,
+        now=0.0,
+        dp8_context=True,
+    )
+    assert (
+        ins.inspect(b"hello world, not directplay", transport="ipx", host="h", source=4, now=0.0)
+        is None
+    )
+    (s,) = ins.sessions.snapshot(0.0)
+    assert (s.transport, s.password, s.host) == ("dp8", True, "10.0.0.6:2302")
+    assert ins.messages[(8, "EnumResponse")] == 1
+
+
+def test_malformed_dplay_is_counted_not_raised() -> None:
+    ins = make_inspector()
+    good = build_enum_sessions_reply(reply(desc()), bare=True)
+    assert ins.inspect(good[:40], transport="ipx", host="h", source=1, now=0.0) is None
+    assert sum(ins.errors.values()) == 1
+    assert len(ins.sessions) == 0
+
+
+def test_fragmented_reply_is_reassembled_then_listed() -> None:
+    ins = make_inspector()
+    inner = build_enum_sessions_reply(reply(desc(), "Big session"), bare=True)
+    guid = uuid.uuid4()
+    half = len(inner) // 2
+    pieces = [(0, inner[:half]), (half, inner[half:])]
+    for i, (offset, data) in enumerate(pieces):
+        frag = PacketFragment(
+            command=0x15,
+            message_guid=guid,
+            packet_index=i,
+            data_size=len(data),
+            offset=offset,
+            total_packets=2,
+            message_size=len(inner),
+            packet_offset=48,
+            data=data,
+        )
+        ins.inspect(
+            build_packet_fragment(frag, bare=True),
+            transport="ipx",
+            host="h",
+            source="peer",
+            now=float(i),
+        )
+    (s,) = ins.sessions.snapshot(1.0)
+    assert s.session_name == "Big session"
+    assert ins.messages[(4, "Packet")] == 2
