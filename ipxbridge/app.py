@@ -203,6 +203,16 @@ class Bridge:
         if self.ipx is not None:
             self.ipx.close()
             logger.info("stopped; IPX: %s", self.ipx_counters.summary())
+        seen = ", ".join(
+            f"dp{v}/{name}={n}" for (v, name), n in sorted(self.inspector.messages.items())
+        )
+        errors = ", ".join(f"{k}={n}" for k, n in sorted(self.inspector.errors.items()))
+        logger.info(
+            "DirectPlay: %s; malformed: %s; sessions listed now: %d",
+            seen or "none",
+            errors or "none",
+            len(self.sessions),
+        )
 
 
 async def serve(config: Config) -> int:
