@@ -12,14 +12,31 @@ from ipxbridge.config import Config, parse_host_port, resolve_ipv4
 from ipxbridge.errors import StartupError
 from ipxbridge.games import game_table
 from ipxbridge.io.interfaces import select_ipv4
+from ipxbridge.io.netlink import TopologyWatcher
 from ipxbridge.io.probe import DirectPlayProber, dp4_probe
+from ipxbridge.io.relay import (
+    BroadcastRelay,
+    RelayCounters,
+    ip_forward_enabled,
+    raw_sockets_allowed,
+)
 from ipxbridge.io.udp import IpxEndpoint, make_server_node_lookup, open_udp_socket
+from ipxbridge.io.wireguard import wireguard_peers
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.obs.http import HttpServer, Response, text
 from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.reassembly import Reassembler
+from ipxbridge.policy.relay import (
+    Egress,
+    RelayPolicy,
+    RelaySettings,
+    Selection,
+    SourceMode,
+    build_plan,
+)
 from ipxbridge.policy.sessions import SessionTable, session_json
 from ipxbridge.policy.switch import IpxSwitch, SwitchSettings
+from ipxbridge.policy.topology import Topology
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +74,12 @@ class Bridge:
         self.ipx: IpxEndpoint | None = None
         self.http: HttpServer | None = None
         self.prober: DirectPlayProber | None = None
+        self.relay: BroadcastRelay | None = None
+        self.relay_counters = RelayCounters()
+        self.watcher: TopologyWatcher | None = None
+        self._plan: tuple[Egress, ...] | None = None
+        self._selections: tuple[Selection, ...] = ()
+        self.started = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._next_probe = 0.0
@@ -72,13 +95,15 @@ class Bridge:
         self._loop = loop
         ipx = self.config.ipx
         dp = self.config.directplay
-        if ipx.listen == "off" and dp.probe_interval == 0:
+        if ipx.listen == "off" and dp.probe_interval == 0 and not self.config.relay.interfaces:
             raise StartupError(
-                "nothing to run: the IPX tunnel is off (--ipx-listen off) "
-                "and DirectPlay probing is off"
+                "nothing to run: the IPX tunnel is off (--ipx-listen off), "
+                "no relay interface is given (--iface) and probing is off"
             )
         if ipx.listen != "off":
             self._start_ipx(loop)
+        if self.config.relay.interfaces:
+            await self._start_relay(loop)
         if self.config.http.listen != "off":
             await self._start_http()
         if dp.probe_interval > 0:
@@ -93,6 +118,7 @@ class Bridge:
             )
         self.heartbeat = loop.time()
         self._timer = loop.call_later(TICK_SECONDS, self._tick)
+        self.started = True
 
     def _start_ipx(self, loop: asyncio.AbstractEventLoop) -> None:
         ipx = self.config.ipx
@@ -116,6 +142,68 @@ class Bridge:
             listen,
             peer_text,
         )
+
+    async def _start_relay(self, loop: asyncio.AbstractEventLoop) -> None:
+        cfg = self.config.relay
+        mode = cfg.source_mode
+        if mode == "auto":
+            mode = "preserve" if raw_sockets_allowed() else "rewrite"
+        elif mode == "preserve" and not raw_sockets_allowed():
+            raise StartupError(
+                "--source-mode preserve needs raw sockets: run as root or grant "
+                "CAP_NET_RAW (docker --cap-add NET_RAW), or use rewrite"
+            )
+        policy = RelayPolicy(RelaySettings(SourceMode(mode), cfg.dedup_window))
+        self.relay = BroadcastRelay(
+            loop, policy, tuple(cfg.ports), self.inspector, self.relay_counters
+        )
+        try:
+            self.relay.start()
+        except OSError as exc:
+            self.relay = None
+            raise StartupError(
+                f"cannot listen on the relay ports {list(cfg.ports)}/udp: "
+                f"{exc.strerror} (is another relay or a game on this box using "
+                "them?)"
+            ) from None
+        self._selections = tuple(Selection(i.name, i.role, i.peers) for i in cfg.interfaces)
+        self.watcher = TopologyWatcher(self._on_topology)
+        await self.watcher.start()
+        logger.info(
+            "broadcast relay on udp ports %s, source mode %s", ", ".join(map(str, cfg.ports)), mode
+        )
+
+    def _on_topology(self, topology: Topology) -> None:
+        """Rebuild the relay plan after a link, address or route change."""
+        if self.relay is None:
+            return
+        egresses, own, bcasts = build_plan(topology, self._selections, wireguard_peers)
+        self.relay.apply_plan(egresses, own, bcasts)
+        if egresses == self._plan:
+            return
+        self._plan = egresses
+        parts = []
+        for e in egresses:
+            if e.role == "lan":
+                parts.append(f"{e.name} (lan, broadcast {e.broadcast})")
+            elif e.peers:
+                parts.append(f"{e.name} (p2p, {len(e.peers)} peers: {', '.join(e.peers)})")
+            else:
+                parts.append(f"{e.name} (p2p, NO peers known: nothing will be sent there)")
+        logger.info("relaying between: %s", "; ".join(parts) or "nothing (no interface up)")
+        if len(egresses) < 2:
+            logger.warning("the relay needs at least two usable interfaces; have %d", len(egresses))
+        if (
+            self.relay.policy.settings.source_mode is SourceMode.PRESERVE
+            and len(egresses) >= 2
+            and not ip_forward_enabled()
+        ):
+            logger.warning(
+                "preserve mode: copies keep the player's address, so hosts answer the player "
+                "directly through this box, but net.ipv4.ip_forward is 0 and those replies "
+                "cannot be routed. Fix: sysctl -w net.ipv4.ip_forward=1 and give hosts a route "
+                "to the players' subnets via this box, or run with --source-mode rewrite"
+            )
 
     async def _start_http(self) -> None:
         listen = parse_host_port(self.config.http.listen)
@@ -178,6 +266,8 @@ class Bridge:
         self.heartbeat = now
         try:
             self.inspector.tick(now)
+            if self.relay is not None:
+                self.relay.tick(now)
             interval = self.config.directplay.probe_interval
             if interval > 0 and now >= self._next_probe:
                 self._next_probe = now + interval
@@ -198,11 +288,18 @@ class Bridge:
             self._timer.cancel()
         if self.prober is not None:
             await self.prober.close()
+        if self.watcher is not None:
+            await self.watcher.close()
+        if self.relay is not None:
+            self.relay.close()
+            logger.info("stopped; relay: %s", self.relay_counters.summary())
         if self.http is not None:
             await self.http.close()
         if self.ipx is not None:
             self.ipx.close()
             logger.info("stopped; IPX: %s", self.ipx_counters.summary())
+        if not self.started:
+            return
         seen = ", ".join(
             f"dp{v}/{name}={n}" for (v, name), n in sorted(self.inspector.messages.items())
         )

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ipxbridge import __version__
+from ipxbridge import __version__, interfaces_cmd
 from ipxbridge.config import DEFAULT_CONFIG_YAML, ConfigError, load_config, parse_host_port
 from ipxbridge.errors import StartupError
 from ipxbridge.obs.logging import setup_logging
@@ -62,6 +62,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="HOST[:PORT]",
         help="static RFC 1234 peer, repeatable (default port 213)",
+    )
+    run.add_argument(
+        "--iface",
+        action="append",
+        metavar="NAME",
+        help="relay broadcasts on this interface (name, glob or CIDR), repeatable",
+    )
+    run.add_argument(
+        "--relay-port",
+        type=int,
+        action="append",
+        metavar="PORT",
+        help="UDP port to relay (default 47624 and 6073), repeatable",
+    )
+    run.add_argument(
+        "--source-mode",
+        choices=("auto", "preserve", "rewrite"),
+        help="how relayed copies are sourced (default auto)",
     )
     run.add_argument(
         "--probe-interval",
@@ -114,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long to collect answers when probing (default 3)",
     )
 
+    interfaces_cmd.add_parser(sub)
+
     check = sub.add_parser("check-config", help="validate a configuration file")
     check.add_argument("file", type=Path)
     sub.add_parser("print-default-config", help="print the embedded default configuration")
@@ -127,6 +147,12 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         flags.setdefault("ipx", {})["listen"] = args.ipx_listen
     if args.peer:
         flags.setdefault("ipx", {})["peers"] = list(args.peer)
+    if args.iface:
+        flags.setdefault("relay", {})["interfaces"] = [{"name": n} for n in args.iface]
+    if args.relay_port:
+        flags.setdefault("relay", {})["ports"] = list(args.relay_port)
+    if args.source_mode is not None:
+        flags.setdefault("relay", {})["source_mode"] = args.source_mode
     if args.probe_interval is not None:
         flags.setdefault("directplay", {})["probe_interval"] = args.probe_interval
     if args.metrics_listen is not None:
@@ -216,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args)
+    if args.command == "interfaces":
+        return interfaces_cmd.run(args)
     if args.command == "decode":
         return _decode(args)
     if args.command == "sessions":

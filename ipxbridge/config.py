@@ -44,6 +44,22 @@ ipx:
   dedup_window: 2.0
   # Never relay NetBIOS/SMB/NCP/SAP/RIP/SNMP sockets (file sharing, not games).
   filter_sockets: true
+relay:
+  # Interfaces whose broadcasts are re-sent on each other: names, globs ("wg*") or CIDRs.
+  # role: lan = subnet broadcast; p2p = a unicast copy to each peer (WireGuard, tun);
+  # auto = from the interface flags. Empty list: the broadcast relay is off.
+  #   interfaces:
+  #     - name: eth0
+  #     - name: wg0
+  #       role: p2p
+  #       peers: []          # empty: the WireGuard AllowedIPs (/32) of its peers
+  interfaces: []
+  ports: [47624, 6073]     # DirectPlay 4 and 8 discovery; add e.g. 54792 for IPXWrapper
+  # preserve: copies keep the player's source (raw sockets, CAP_NET_RAW; hosts answer the
+  # player directly if this box routes); rewrite: copies come from this box and replies are
+  # relayed back; auto: preserve when raw sockets are allowed, else rewrite.
+  source_mode: auto
+  dedup_window: 2.0
 directplay:
   # Send our own DirectPlay 4/8 session enumerations every N seconds (0 = off, min 1) so the
   # game list fills even when no player is searching.
@@ -196,6 +212,24 @@ class DirectPlaySection(_Model):
         return value
 
 
+class RelayInterface(_Model):
+    """One interface (or a set: glob / CIDR) to relay broadcasts on."""
+
+    name: str  # interface name, glob ("wg*") or CIDR ("10.8.0.0/24")
+    role: Literal["auto", "lan", "p2p"] = "auto"
+    # Unicast targets on a p2p interface; empty = read the WireGuard AllowedIPs (/32s).
+    peers: tuple[Annotated[str, AfterValidator(lambda v: str(ipaddress.IPv4Address(v)))], ...] = ()
+
+
+class RelaySection(_Model):
+    """Broadcast fan-out across interfaces and VPNs."""
+
+    interfaces: tuple[RelayInterface, ...] = ()  # empty: the relay is off
+    ports: tuple[Annotated[int, Field(ge=1, le=65_535)], ...] = (47624, 6073)
+    source_mode: Literal["auto", "preserve", "rewrite"] = "auto"
+    dedup_window: Annotated[float, Field(ge=0, le=60)] = 2.0
+
+
 class HttpSection(_Model):
     """The HTTP API (and later /metrics, status page)."""
 
@@ -226,6 +260,7 @@ class Config(_Model):
     """The whole configuration."""
 
     ipx: IpxSection = IpxSection()
+    relay: RelaySection = RelaySection()
     directplay: DirectPlaySection = DirectPlaySection()
     http: HttpSection = HttpSection()
     logging: LoggingSection = LoggingSection()

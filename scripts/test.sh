@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 # System tools the integration tier drives: real DOSBox clients, iproute2 for namespaces,
 # setpriv (util-linux) for capability tests, tshark as an independent decoder.
-APT_PACKAGES=(dosbox iproute2 util-linux tshark tcpdump)
+APT_PACKAGES=(dosbox iproute2 util-linux tshark tcpdump wireguard-go wireguard-tools nftables)
 PYTHON=${PYTHON:-python3}
 
 missing=()

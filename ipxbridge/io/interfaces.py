@@ -1,15 +1,37 @@
-"""IPv4 interfaces of this machine, read with netifaces (netifaces-plus).
+"""IPv4 interfaces read with netifaces-plus: the fallback reader, and the per-address view.
 
-The broadcast address is always computed from the address and netmask: an address added
-without ``brd +`` reports 0.0.0.0, and sending there reaches only this machine
-(reliability.md item 8).
+Contract:
+
+- :func:`read_topology_netifaces` builds a :class:`~ipxbridge.policy.topology.Topology`
+  without netlink. ``io/netlink.py`` (pyroute2) is the source of truth on Linux; this is
+  only its fallback (house style B3). netifaces knows addresses and little else, so:
+  kinds are ``loopback`` or ``other``; ``broadcast_capable``/``pointopoint`` come from
+  whether getifaddrs reported a broadcast or a destination address; ``up`` is assumed for
+  every interface that has an IPv4 address; MTU is 0 (unknown); the default-gateway
+  interface gets metric 0 (netifaces has no metrics).
+- The broadcast address is always computed from the prefix, never taken from netifaces.
+  For ``ip addr add A/24`` without ``brd +`` glibc reports the box's *own* address as the
+  broadcast (seen here: ``'broadcast': '10.1.2.3'``; reliability.md item 8).
+- :func:`list_ipv4` / :func:`select_ipv4` and :class:`Ipv4Interface` are the older
+  one-row-per-address view used by the DirectPlay prober; they keep their behaviour.
+  :func:`ipv4_from_topology` gives the same view of a pyroute2 snapshot.
+
+Nothing here raises for a missing or vanished interface; it is simply not listed.
 """
 
+import contextlib
 import fnmatch
 import ipaddress
+import socket
 from dataclasses import dataclass
 
 import netifaces
+
+from ipxbridge.policy.topology import (
+    Interface,
+    InterfaceAddress,
+    Topology,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +41,7 @@ class Ipv4Interface:
     name: str
     address: str
     prefixlen: int
-    broadcast: str  # computed; equals ``address`` on a /32 (point-to-point)
+    broadcast: str  # computed; equals ``address`` on a /31 or /32 (point-to-point)
 
     @property
     def network(self) -> ipaddress.IPv4Network:
@@ -27,26 +49,86 @@ class Ipv4Interface:
         return ipaddress.IPv4Interface(f"{self.address}/{self.prefixlen}").network
 
 
-def list_ipv4() -> list[Ipv4Interface]:
-    """Every IPv4 address on every interface except loopback."""
-    out: list[Ipv4Interface] = []
-    for name in netifaces.interfaces():
-        for entry in netifaces.ifaddresses(name).get(netifaces.AF_INET, []):
+def _index(name: str, fallback: int) -> int:
+    with contextlib.suppress(OSError):
+        return socket.if_nametoindex(name)
+    return fallback
+
+
+def read_topology_netifaces() -> Topology:
+    """The IPv4 interfaces as netifaces-plus sees them (see the module contract)."""
+    default_if = ""
+    gateways = netifaces.gateways().get("default")
+    if isinstance(gateways, dict):
+        gateway = gateways.get(netifaces.AF_INET)
+        if gateway is not None:
+            default_if = gateway[1]
+    interfaces: list[Interface] = []
+    for position, name in enumerate(netifaces.interfaces(), start=1):
+        try:
+            entries = netifaces.ifaddresses(name).get(netifaces.AF_INET, [])
+        except ValueError:  # vanished between interfaces() and ifaddresses()
+            continue
+        addresses: list[InterfaceAddress] = []
+        loopback = broadcast = pointopoint = False
+        for entry in entries:
             addr = entry.get("addr")
-            mask = entry.get("netmask") or "255.255.255.255"
             if not addr:
                 continue
-            iface = ipaddress.IPv4Interface(f"{addr}/{mask}")
-            if iface.is_loopback:
+            try:
+                iface = ipaddress.IPv4Interface(f"{addr}/{entry.get('netmask') or '32'}")
+                peer = entry.get("peer")
+                addresses.append(InterfaceAddress.compute(addr, iface.network.prefixlen, peer))
+            except ValueError:
                 continue
-            net = iface.network
-            bcast = str(net.broadcast_address) if net.prefixlen < 31 else addr
-            out.append(Ipv4Interface(name, addr, net.prefixlen, bcast))
+            loopback = loopback or iface.is_loopback
+            broadcast = broadcast or "broadcast" in entry
+            pointopoint = pointopoint or "peer" in entry
+        interfaces.append(
+            Interface(
+                index=_index(name, position),
+                name=name,
+                kind="loopback" if loopback else "other",
+                up=bool(addresses),
+                broadcast_capable=broadcast and not loopback,
+                pointopoint=pointopoint and not loopback,
+                noarp=False,
+                mtu=0,
+                addresses=tuple(addresses),
+                default_route_metric=0 if name == default_if else None,
+            )
+        )
+    return Topology(tuple(sorted(interfaces, key=lambda i: i.index)))
+
+
+def ipv4_from_topology(topology: Topology, *, up_only: bool = False) -> list[Ipv4Interface]:
+    """One :class:`Ipv4Interface` per IPv4 address of every non-loopback interface."""
+    out: list[Ipv4Interface] = []
+    for iface in topology.interfaces:
+        if iface.is_loopback or (up_only and not iface.up):
+            continue
+        for addr in iface.addresses:
+            if ipaddress.IPv4Address(addr.address).is_loopback:
+                continue
+            # The legacy view has no "no broadcast" value: a /31, /32 uses the address.
+            out.append(
+                Ipv4Interface(
+                    iface.name, addr.address, addr.prefixlen, addr.broadcast or addr.address
+                )
+            )
     return out
 
 
+def list_ipv4() -> list[Ipv4Interface]:
+    """Every IPv4 address on every interface except loopback (read with netifaces)."""
+    return ipv4_from_topology(read_topology_netifaces())
+
+
 def select_ipv4(patterns: list[str] | tuple[str, ...]) -> list[Ipv4Interface]:
-    """Addresses whose interface matches a name, a glob (``wg*``) or a CIDR; all if empty."""
+    """Addresses whose interface matches a name, a glob (``wg*``) or a CIDR; all if empty.
+
+    A CIDR selects the addresses inside it (not every address of that interface).
+    """
     found = list_ipv4()
     if not patterns:
         return found

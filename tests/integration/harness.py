@@ -99,12 +99,14 @@ _RUNS = itertools.count()
 class BridgeProcess:
     """``ipxbridge run`` inside a namespace, with its log captured."""
 
-    def __init__(self, net: Netns, ns: str, *args: str, log_dir: Path) -> None:
+    def __init__(
+        self, net: Netns, ns: str, *args: str, log_dir: Path, ready: str = r"IPX tunnel on udp"
+    ) -> None:
         self.log_path = log_dir / f"bridge-{ns}-{next(_RUNS)}.log"
         self._log = self.log_path.open("w")
         cmd = net.exec_args(ns, sys.executable, "-m", "ipxbridge", "run", *args)
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
-        self.wait_for(r"IPX tunnel on udp", 15)
+        self.wait_for(ready, 15)
 
     def log(self) -> str:
         return self.log_path.read_text()

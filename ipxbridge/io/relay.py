@@ -1,0 +1,462 @@
+"""Broadcast fan-out sockets: receive on the relay ports, send copies per ``RelayPolicy``.
+
+* One receive socket per relay port, bound to 0.0.0.0 with ``IP_PKTINFO`` (ingress interface
+  and header destination) and ``IP_RECVTTL``; drained until empty on each wake-up.
+* ``preserve`` mode: one raw ``IP_HDRINCL`` socket per egress interface, bound to the device;
+  the copy keeps the player's source address and port, so the host answers the player directly
+  when routing allows. Datagrams larger than the egress MTU are fragmented here (the kernel
+  refuses oversized ``IP_HDRINCL`` sends with EMSGSIZE); 3000-byte broadcasts are relayed.
+* ``rewrite`` mode (no raw sockets needed): copies leave from a *flow* socket, one per
+  (player, egress), bound to the bridge's address on that interface. Whatever a host sends
+  back to that socket — from any source port, since DirectPlay 8 answers from its game port —
+  goes to the player from a *return* socket, one per (player, host), and whatever the player
+  sends to that return socket goes back to the host: a small, bounded, expiring UDP proxy, so
+  the reply (and a join that follows it) finds its way in both directions.
+* Sockets bound to an interface are re-opened when the interface is re-created (a new index):
+  an old one would return ENODEV for ever (reliability.md item 6).
+* Every send error is counted per interface and errno; nothing is queued.
+"""
+
+import asyncio
+import errno
+import logging
+import socket
+import struct
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from ipxbridge.policy.inspect import Inspector
+from ipxbridge.policy.relay import Copy, Egress, RelayPolicy, SourceMode
+
+logger = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+
+IP_PKTINFO: Final = 8
+IP_RECVTTL: Final = 12
+IP_TTL_CMSG: Final = 2
+SO_BINDTODEVICE: Final = 25
+RECV_SIZE: Final = 65_535
+ANC_SIZE: Final = 256
+MAX_PER_WAKEUP: Final = 256
+FLOW_IDLE: Final = 120.0
+MAX_FLOWS: Final = 1024
+MAX_RETURNS: Final = 1024
+_IPV4: Final = struct.Struct("!BBHHHBBH4s4s")
+_UDP: Final = struct.Struct("!HHHH")
+DP8_PORTS: Final = frozenset({6073, *range(2302, 2401)})
+
+
+@dataclass(slots=True)
+class RelayCounters:
+    """Relay accounting; every received datagram is relayed or dropped with a reason."""
+
+    received: int = 0
+    relayed: int = 0
+    truncated: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    copies: Counter[str] = field(default_factory=Counter)  # by egress interface
+    send_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (iface, errno)
+    sockaddr_rewrites: int = 0
+    replies: int = 0  # host -> player datagrams through the flow table (rewrite mode)
+    flows_refused: int = 0
+
+    def summary(self) -> str:
+        """One line for the log on stop."""
+        drops = ", ".join(f"{k}={v}" for k, v in sorted(self.dropped.items())) or "none"
+        copies = ", ".join(f"{k}={v}" for k, v in sorted(self.copies.items())) or "none"
+        errs = ", ".join(f"{i}/{e}={v}" for (i, e), v in sorted(self.send_errors.items()))
+        return (
+            f"received={self.received} relayed={self.relayed} dropped="
+            f"{sum(self.dropped.values())} ({drops}) copies=({copies}) "
+            f"send_errors=({errs or 'none'}) replies={self.replies}"
+        )
+
+
+def parse_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, str, int]:
+    """(ingress ifindex, header destination address, TTL) from recvmsg control data."""
+    ifindex, dst, ttl = 0, "", 64
+    for level, kind, data in ancdata:
+        if level != socket.IPPROTO_IP:
+            continue
+        if kind == IP_PKTINFO and len(data) >= 12:
+            # struct in_pktinfo { int ipi_ifindex; in_addr ipi_spec_dst; in_addr ipi_addr; }
+            ifindex = int.from_bytes(data[0:4], "little", signed=True)
+            dst = socket.inet_ntoa(data[8:12])
+        elif kind == IP_TTL_CMSG and len(data) >= 4:
+            ttl = int.from_bytes(data[0:4], "little")
+    return ifindex, dst, ttl
+
+
+def build_ip_udp(
+    src: Address, dst: Address, payload: bytes, *, ttl: int, ident: int, mtu: int
+) -> list[bytes]:
+    """IPv4 + UDP packets for a raw ``IP_HDRINCL`` socket, fragmented to ``mtu``.
+
+    The kernel fills in the IP header checksum; the UDP checksum is 0 ("not computed",
+    RFC 768), which every IPv4 stack accepts.
+    """
+    udp = _UDP.pack(src[1], dst[1], 8 + len(payload), 0) + payload
+    saddr, daddr = socket.inet_aton(src[0]), socket.inet_aton(dst[0])
+    if 20 + len(udp) <= mtu:
+        return [_IPV4.pack(0x45, 0, 20 + len(udp), ident, 0, ttl, 17, 0, saddr, daddr) + udp]
+    step = max(8, (mtu - 20) & ~7)
+    packets = []
+    for offset in range(0, len(udp), step):
+        chunk = udp[offset : offset + step]
+        more = 0x2000 if offset + step < len(udp) else 0
+        packets.append(
+            _IPV4.pack(
+                0x45, 0, 20 + len(chunk), ident, more | (offset >> 3), ttl, 17, 0, saddr, daddr
+            )
+            + chunk
+        )
+    return packets
+
+
+def _errno_name(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
+
+
+@dataclass(slots=True)
+class _Flow:
+    player: Address
+    ingress: int
+    egress: Egress
+    port: int  # relay port the player broadcast to
+    sock: socket.socket
+    last_used: float
+    ttl: int = 0
+
+
+@dataclass(slots=True)
+class _Return:
+    flow: _Flow
+    host: Address
+    sock: socket.socket
+    last_used: float
+
+
+class BroadcastRelay:
+    """The asyncio side of the relay."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        policy: RelayPolicy,
+        ports: tuple[int, ...],
+        inspector: Inspector | None = None,
+        counters: RelayCounters | None = None,
+    ) -> None:
+        self._loop = loop
+        self.policy = policy
+        self.ports = ports
+        self.inspector = inspector
+        self.counters = counters or RelayCounters()
+        self._recv: list[socket.socket] = []
+        self._raw: dict[int, socket.socket] = {}  # egress index -> raw socket (preserve)
+        self._flows: dict[tuple[Address, int], _Flow] = {}  # (player, egress index)
+        self._returns: dict[tuple[Address, int, Address], _Return] = {}
+        self._ident = 0
+        self._addresses: dict[int, str] = {}  # egress index -> bridge address (for returns)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open the receive sockets.
+
+        Raises:
+            OSError: a relay port cannot be bound (the caller turns this into a clear error).
+        """
+        for port in self.ports:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+                sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+                sock.setsockopt(socket.IPPROTO_IP, IP_RECVTTL, 1)
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, 33, 4 << 20)  # SO_RCVBUFFORCE
+                except OSError:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                sock.close()
+                self.close()
+                raise
+            self._recv.append(sock)
+            self._loop.add_reader(sock.fileno(), self._on_broadcast, sock, port)
+
+    def close(self) -> None:
+        """Close every socket."""
+        for sock in self._recv:
+            self._loop.remove_reader(sock.fileno())
+            sock.close()
+        self._recv.clear()
+        for raw in self._raw.values():
+            raw.close()
+        self._raw.clear()
+        for key in list(self._flows):
+            self._close_flow(key)
+
+    def apply_plan(
+        self, egresses: tuple[Egress, ...], own: frozenset[str], bcasts: dict[int, frozenset[str]]
+    ) -> None:
+        """Install a new plan; re-open sockets of re-created interfaces, drop vanished ones."""
+        self.policy.set_plan(egresses, own, bcasts)
+        current = {e.index: e for e in egresses}
+        self._addresses = {e.index: e.address for e in egresses}
+        for index in list(self._raw):
+            if index not in current:
+                self._raw.pop(index).close()
+        for key, flow in list(self._flows.items()):
+            new = current.get(flow.egress.index)
+            if new is None or new.address != flow.egress.address or flow.ingress not in current:
+                self._close_flow(key)
+        if self.policy.settings.source_mode is SourceMode.PRESERVE:
+            for index, egress in current.items():
+                if index not in self._raw:
+                    raw = self._open_raw(egress)
+                    if raw is not None:
+                        self._raw[index] = raw
+
+    def tick(self, now: float) -> None:
+        """Expire idle flows and old loop records."""
+        self.policy.purge(now)
+        for rkey, ret in list(self._returns.items()):
+            if now - ret.last_used > FLOW_IDLE:
+                self._close_return(rkey)
+        for fkey, flow in list(self._flows.items()):
+            if now - flow.last_used > FLOW_IDLE:
+                self._close_flow(fkey)
+
+    @property
+    def flows(self) -> int:
+        """Open rewrite-mode flows (player, egress)."""
+        return len(self._flows)
+
+    # --- receive -----------------------------------------------------------------------------
+
+    def _on_broadcast(self, sock: socket.socket, port: int) -> None:
+        counters = self.counters
+        now = self._loop.time()
+        for _ in range(MAX_PER_WAKEUP):
+            try:
+                data, anc, flags, src = sock.recvmsg(RECV_SIZE, ANC_SIZE)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            counters.received += 1
+            if flags & socket.MSG_TRUNC:
+                counters.truncated += 1
+                counters.dropped["truncated"] += 1
+                continue
+            ifindex, dst_ip, ttl = parse_ancillary(anc)
+            src_addr: Address = (src[0], src[1])
+            if self.inspector is not None:
+                self.inspector.inspect(
+                    data,
+                    transport="udp",
+                    host=f"{src[0]}:{src[1]}",
+                    source=src_addr,
+                    now=now,
+                    dp8_context=port in DP8_PORTS,
+                )
+            decision = self.policy.decide(
+                data, src=src_addr, dst_ip=dst_ip, dst_port=port, ingress=ifindex, ttl=ttl, now=now
+            )
+            if decision.drop_reason is not None:
+                counters.dropped[decision.drop_reason] += 1
+                continue
+            counters.relayed += 1
+            counters.sockaddr_rewrites += decision.sockaddr_rewritten
+            for copy in decision.copies:
+                self._send_copy(copy, src_addr, port, ifindex, now)
+
+    # --- send --------------------------------------------------------------------------------
+
+    def _send_copy(self, copy: Copy, player: Address, port: int, ingress: int, now: float) -> None:
+        egress = copy.egress
+        try:
+            if self.policy.settings.source_mode is SourceMode.PRESERVE:
+                raw = self._raw.get(egress.index)
+                if raw is None:
+                    self.counters.send_errors[(egress.name, "NO_SOCKET")] += 1
+                    return
+                self._ident = (self._ident + 1) & 0xFFFF
+                for packet in build_ip_udp(
+                    player,
+                    (copy.dst, port),
+                    copy.payload,
+                    ttl=copy.ttl,
+                    ident=self._ident,
+                    mtu=egress.mtu,
+                ):
+                    raw.sendto(packet, (copy.dst, 0))
+            else:
+                flow = self._flow(player, ingress, egress, port, now)
+                if flow is None:
+                    self.counters.send_errors[(egress.name, "FLOW_LIMIT")] += 1
+                    return
+                if flow.ttl != copy.ttl:
+                    flow.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, copy.ttl)
+                    flow.ttl = copy.ttl
+                flow.sock.sendto(copy.payload, (copy.dst, port))
+        except BlockingIOError:
+            self.counters.send_errors[(egress.name, "EAGAIN")] += 1
+        except OSError as exc:
+            self.counters.send_errors[(egress.name, _errno_name(exc))] += 1
+        else:
+            self.counters.copies[egress.name] += 1
+
+    def _open_raw(self, egress: Egress) -> socket.socket | None:
+        raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+        try:
+            raw.setblocking(False)
+            raw.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            raw.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, egress.name.encode())
+        except OSError as exc:
+            raw.close()
+            logger.warning("cannot send on %s: %s", egress.name, exc)
+            return None
+        return raw
+
+    def _bound_udp(self, name: str, address: str) -> socket.socket | None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, name.encode())
+            sock.bind((address, 0))
+        except OSError as exc:
+            sock.close()
+            logger.warning("cannot open a socket on %s (%s): %s", name, address, exc)
+            return None
+        return sock
+
+    # --- rewrite-mode flow table -------------------------------------------------------------
+
+    def _flow(
+        self, player: Address, ingress: int, egress: Egress, port: int, now: float
+    ) -> _Flow | None:
+        key = (player, egress.index)
+        flow = self._flows.get(key)
+        if flow is not None:
+            flow.last_used = now
+            return flow
+        if len(self._flows) >= MAX_FLOWS:
+            self.counters.flows_refused += 1
+            return None
+        sock = self._bound_udp(egress.name, egress.address)
+        if sock is None:
+            return None
+        flow = _Flow(player, ingress, egress, port, sock, now)
+        self._flows[key] = flow
+        self._loop.add_reader(sock.fileno(), self._on_flow, flow)
+        return flow
+
+    def _on_flow(self, flow: _Flow) -> None:
+        """A host answered a relayed copy: pass it to the player through a return socket."""
+        now = self._loop.time()
+        for _ in range(MAX_PER_WAKEUP):
+            try:
+                data, host = flow.sock.recvfrom(RECV_SIZE)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            host_addr: Address = (host[0], host[1])
+            flow.last_used = now
+            if self.inspector is not None:
+                self.inspector.inspect(
+                    data,
+                    transport="udp",
+                    host=f"{host[0]}:{host[1]}",
+                    source=host_addr,
+                    now=now,
+                    dp8_context=flow.port in DP8_PORTS,
+                )
+            ret = self._return(flow, host_addr, now)
+            if ret is None:
+                self.counters.dropped["flow_limit"] += 1
+                continue
+            try:
+                ret.sock.sendto(data, flow.player)
+                self.counters.replies += 1
+            except OSError as exc:
+                self.counters.send_errors[("return", _errno_name(exc))] += 1
+
+    def _return(self, flow: _Flow, host: Address, now: float) -> _Return | None:
+        key = (flow.player, flow.egress.index, host)
+        ret = self._returns.get(key)
+        if ret is not None:
+            ret.last_used = now
+            return ret
+        address = self._addresses.get(flow.ingress)
+        if address is None or len(self._returns) >= MAX_RETURNS:
+            return None
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            sock.bind((address, 0))
+        except OSError:
+            sock.close()
+            return None
+        ret = _Return(flow, host, sock, now)
+        self._returns[key] = ret
+        self._loop.add_reader(sock.fileno(), self._on_return, ret)
+        return ret
+
+    def _on_return(self, ret: _Return) -> None:
+        """The player talks back (e.g. joins): forward to the host from the flow socket."""
+        now = self._loop.time()
+        for _ in range(MAX_PER_WAKEUP):
+            try:
+                data, src = ret.sock.recvfrom(RECV_SIZE)
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            if (src[0], src[1]) != ret.flow.player:
+                self.counters.dropped["return_not_player"] += 1
+                continue
+            ret.last_used = ret.flow.last_used = now
+            try:
+                ret.flow.sock.sendto(data, ret.host)
+            except OSError as exc:
+                self.counters.send_errors[(ret.flow.egress.name, _errno_name(exc))] += 1
+
+    def _close_flow(self, key: tuple[Address, int]) -> None:
+        flow = self._flows.pop(key)
+        for rkey, ret in list(self._returns.items()):
+            if ret.flow is flow:
+                self._close_return(rkey)
+        self._loop.remove_reader(flow.sock.fileno())
+        flow.sock.close()
+
+    def _close_return(self, key: tuple[Address, int, Address]) -> None:
+        ret = self._returns.pop(key)
+        self._loop.remove_reader(ret.sock.fileno())
+        ret.sock.close()
+
+
+def raw_sockets_allowed() -> bool:
+    """True when this process may open raw sockets (CAP_NET_RAW): preserve mode works."""
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW).close()
+    except OSError:
+        return False
+    return True
+
+
+def ip_forward_enabled(read: Callable[[], str] | None = None) -> bool:
+    """Whether this box routes IPv4 (needed for hosts' replies to players in preserve mode)."""
+    try:
+        text = read() if read else open("/proc/sys/net/ipv4/ip_forward").read()  # noqa: PTH123, SIM115
+    except OSError:
+        return False
+    return text.strip() == "1"

@@ -1,0 +1,382 @@
+"""Interface topology against the real kernel: ``ipxbridge interfaces`` and the watcher.
+
+Topology (namespace ``box``):
+
+- ``lan0``: veth to namespace ``h``, 10.61.1.1/24 added **without** ``brd +`` (kernel
+  broadcast 0.0.0.0, glibc reports the own address: reliability.md item 8);
+  default route via 10.61.1.254 metric 100.
+- ``br0``: Linux bridge without ports, 10.61.2.1/24; default route metric 20 (PRIMARY).
+- ``tun0``: ``ip tuntap`` device nobody opens, 10.61.3.1 peer 10.61.3.2, set up.
+- a wireguard-go interface (unique name), 10.98.0.1/24, one peer with AllowedIPs
+  10.98.0.2/32 and 10.99.0.0/24.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyroute2.netlink.rtnl import RTM_NEWADDR
+
+from ipxbridge.io import netlink
+from ipxbridge.policy.topology import Interface, InterfaceAddress, Topology, build_interface
+from tests.integration.conftest import require
+from tests.integration.harness import ROOT, Netns, sh
+from tests.integration.topo import WireGuardGo, start_watcher
+
+
+def interfaces_cmd(net: Netns, ns: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        net.exec_args(ns, sys.executable, "-m", "ipxbridge.interfaces_cmd", *args),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=ROOT,
+    )
+
+
+def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {item["name"]: item for item in items}
+
+
+@pytest.fixture
+def wg_name() -> str:
+    return f"ixwg{os.getpid() % 100000}"  # <= 15 chars, unique across namespaces
+
+
+@pytest.fixture
+def box(net: Netns, tmp_path: Path, wg_name: str) -> Iterator[str]:
+    require("wireguard-go", "wg")
+    box, host = net.add("box"), net.add("h")
+    sh(
+        "ip",
+        "link",
+        "add",
+        "lan0",
+        "netns",
+        box,
+        "type",
+        "veth",
+        *("peer", "name", "eth0"),
+        "netns",
+        host,
+    )
+    sh("ip", "-n", box, "addr", "add", "10.61.1.1/24", "dev", "lan0")  # no "brd +"
+    sh("ip", "-n", host, "addr", "add", "10.61.1.2/24", "dev", "eth0")
+    sh("ip", "-n", box, "link", "set", "lan0", "up")
+    sh("ip", "-n", host, "link", "set", "eth0", "up")
+    sh("ip", "-n", box, "link", "add", "br0", "type", "bridge")
+    sh("ip", "-n", box, "addr", "add", "10.61.2.1/24", "dev", "br0")
+    sh("ip", "-n", box, "link", "set", "br0", "up")
+    sh("ip", "-n", box, "tuntap", "add", "dev", "tun0", "mode", "tun")
+    sh("ip", "-n", box, "addr", "add", "10.61.3.1", "peer", "10.61.3.2", "dev", "tun0")
+    sh("ip", "-n", box, "link", "set", "tun0", "up")
+    wg = WireGuardGo(net, box, wg_name)
+    try:
+        wg.configure(tmp_path, "10.98.0.1/24", "10.98.0.2/32,10.99.0.0/24")
+        for gateway, dev, metric in (("10.61.1.254", "lan0", "100"), ("10.61.2.254", "br0", "20")):
+            sh(
+                "ip",
+                "-n",
+                box,
+                "route",
+                "add",
+                "default",
+                "via",
+                gateway,
+                "dev",
+                dev,
+                "metric",
+                metric,
+            )
+        yield box
+    finally:
+        wg.stop()
+    assert not wg.sock.exists()
+
+
+@pytest.mark.netns
+def test_interfaces_json(net: Netns, box: str, wg_name: str) -> None:
+    res = interfaces_cmd(net, box, "--json")
+    assert res.returncode == 0, res.stderr
+    found = by_name(json.loads(res.stdout))
+    assert set(found) == {"lo", "lan0", "br0", "tun0", wg_name}
+    assert {n: i["kind"] for n, i in found.items()} == {
+        "lo": "loopback",
+        "lan0": "veth",
+        "br0": "bridge",
+        "tun0": "tun",
+        wg_name: "wireguard",  # a tun device, recognised by its UAPI socket
+    }
+    lan = found["lan0"]
+    # computed, although the kernel has no broadcast for this address (reliability.md 8)
+    assert lan["addresses"] == [
+        {"address": "10.61.1.1", "prefixlen": 24, "broadcast": "10.61.1.255", "peer": None}
+    ]
+    assert lan["role"] == "lan"
+    assert lan["up"] is True
+    assert lan["default_route_metric"] == 100
+    assert lan["action"] == "lan: re-send as subnet broadcast to 10.61.1.255 (bound to device)"
+    assert {"UP", "BROADCAST", "LOWER_UP"} <= set(lan["flags"])
+
+    br = found["br0"]
+    assert br["primary"] is True
+    assert br["default_route_metric"] == 20
+    assert [n for n, i in found.items() if i["primary"]] == ["br0"]
+    assert br["action"] == "lan: re-send as subnet broadcast to 10.61.2.255 (bound to device)"
+
+    tun = found["tun0"]
+    assert tun["addresses"] == [
+        {"address": "10.61.3.1", "prefixlen": 32, "broadcast": "", "peer": "10.61.3.2"}
+    ]
+    # nobody holds the tun open: IFF_UP but NO-CARRIER (no RUNNING/LOWER_UP), operstate DOWN
+    assert "UP" in tun["flags"]
+    assert {"POINTOPOINT", "NOARP"} <= set(tun["flags"])
+    assert not {"BROADCAST", "RUNNING", "LOWER_UP"} & set(tun["flags"])
+    assert tun["up"] is False
+    assert tun["role"] == "p2p"
+    assert tun["action"] == "down: skipped"
+
+    wg = found[wg_name]
+    assert wg["mtu"] == 1420
+    assert {"UP", "POINTOPOINT", "NOARP", "RUNNING", "LOWER_UP"} <= set(wg["flags"])
+    assert "BROADCAST" not in wg["flags"]
+    assert wg["role"] == "p2p"
+    assert wg["up"] is True
+    assert wg["peers"] == ["10.98.0.2"]  # the /24 AllowedIP is a subnet, not a target
+    assert wg["action"] == "p2p: unicast copy to each peer: 10.98.0.2 (from WireGuard AllowedIPs)"
+    assert wg["default_route_metric"] is None
+
+    assert found["lo"]["action"] == "loopback: never used"
+    assert found["lo"]["selected"] is False
+    assert all(i["selected"] for n, i in found.items() if n != "lo")
+
+
+@pytest.mark.netns
+def test_interfaces_selection_and_text(net: Netns, box: str, wg_name: str) -> None:
+    res = interfaces_cmd(net, box, "--json", "--iface", "ixwg*", "--iface", "10.61.1.0/24")
+    assert res.returncode == 0, res.stderr
+    found = by_name(json.loads(res.stdout))
+    assert {n for n, i in found.items() if i["selected"]} == {"lan0", wg_name}
+    assert found["br0"]["action"] == "not selected: skipped"
+    assert found["br0"]["primary"] is True  # still the primary, just not relayed
+
+    res = interfaces_cmd(net, box, "--iface", "br0", "--relay-port", "2302")
+    assert res.returncode == 0, res.stderr
+    text = res.stdout
+    assert "relayed UDP ports: 2302" in text
+    assert "primary: br0 (default route metric 20)" in text
+    br_line = next(line for line in text.splitlines() if ": br0  bridge" in line)
+    assert "PRIMARY" in br_line
+    assert br_line.endswith("  selected")
+    assert "inet 10.61.3.1 peer 10.61.3.2/32 no broadcast" in text
+    assert "inet 10.61.1.1/24 brd 10.61.1.255" in text
+
+    bad = interfaces_cmd(net, box, "--iface", "10.61.0.0/99")
+    assert bad.returncode == 2
+    assert "CIDR" in bad.stderr
+
+
+@pytest.mark.netns
+def test_netifaces_fallback_computes_broadcast(net: Netns, box: str, wg_name: str) -> None:
+    code = (
+        "import json\n"
+        "from ipxbridge.io.netlink import read_topology_fallback\n"
+        "from ipxbridge.io.interfaces import select_ipv4\n"
+        "t = read_topology_fallback()\n"
+        "print(json.dumps({'topo': {i.name: [i.role, i.default_route_metric,"
+        " [[a.address, a.broadcast, a.peer] for a in i.addresses]] for i in t.interfaces},"
+        " 'legacy': [[i.name, i.broadcast] for i in select_ipv4(['lan0', 'tun0'])]}))\n"
+    )
+    res = subprocess.run(
+        net.exec_args(box, sys.executable, "-c", code),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        cwd=ROOT,
+    )
+    data = json.loads(res.stdout)
+    topo = data["topo"]
+    # glibc reports 10.61.1.1 (our own address) as lan0's broadcast; we compute instead
+    assert topo["lan0"] == ["lan", None, [["10.61.1.1", "10.61.1.255", None]]]
+    assert topo["br0"][:2] == ["lan", 0]  # netifaces' default gateway; it knows no metrics
+    assert topo["tun0"] == ["p2p", None, [["10.61.3.1", "", "10.61.3.2"]]]
+    assert topo[wg_name][0] == "p2p"
+    assert data["legacy"] == [["lan0", "10.61.1.255"], ["tun0", "10.61.3.1"]]
+
+
+def _names(item: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["name"]: row for row in item["interfaces"]}
+
+
+@pytest.mark.netns
+def test_watcher_follows_link_and_address_changes(net: Netns) -> None:
+    ns = net.add("w")
+    sh("ip", "-n", ns, "link", "add", "wa", "type", "veth", "peer", "name", "wb")
+    sh("ip", "-n", ns, "addr", "add", "10.62.0.1/24", "dev", "wa")
+    sh("ip", "-n", ns, "link", "set", "wa", "up")
+    sh("ip", "-n", ns, "link", "set", "wb", "up")
+    proc, lines = start_watcher(net, ns)
+    try:
+        first = lines.wait_for(lambda i: "wa" in _names(i), 10)  # includes interpreter start
+        old_index = _names(first)["wa"]["index"]
+        assert _names(first)["wa"]["addresses"] == ["10.62.0.1/24"]
+        assert first["events"] == dict.fromkeys(first["events"], 0)
+
+        # delete and re-create: a new ifindex (the ENODEV case of reliability.md item 6)
+        sh("ip", "-n", ns, "link", "del", "wa")
+        gone = lines.wait_for(lambda i: "wa" not in _names(i), 2)
+        assert gone["events"]["link_del"] >= 2  # both ends of the pair
+        sh("ip", "-n", ns, "link", "add", "wa", "type", "veth", "peer", "name", "wb")
+        sh("ip", "-n", ns, "link", "set", "wa", "up")
+        sh("ip", "-n", ns, "link", "set", "wb", "up")
+        back = lines.wait_for(lambda i: _names(i).get("wa", {}).get("up") is True, 2)
+        assert _names(back)["wa"]["index"] != old_index
+        assert _names(back)["wa"]["addresses"] == []
+        assert back["events"]["link_new"] >= 2
+        assert back["events"]["link_up"] >= 1
+
+        sh("ip", "-n", ns, "addr", "add", "10.62.5.1/24", "dev", "wa")
+        added = lines.wait_for(lambda i: _names(i)["wa"]["addresses"] == ["10.62.5.1/24"], 2)
+        assert added["events"]["addr_add"] >= 1
+        assert added["events"]["route_add"] >= 1  # the prefix route
+
+        # a burst (three addresses in one batch) is debounced into few re-reads
+        before = len(lines.seen)
+        subprocess.run(
+            ["ip", "-n", ns, "-batch", "-"],
+            input="".join(f"addr add 10.62.{n}.1/24 dev wa\n" for n in (6, 7, 8)),
+            text=True,
+            check=True,
+        )
+        burst = lines.wait_for(lambda i: len(_names(i)["wa"]["addresses"]) == 4, 2)
+        assert len(lines.seen) - before <= 2, lines.seen[before:]
+
+        sh("ip", "-n", ns, "addr", "flush", "dev", "wa")
+        flushed = lines.wait_for(lambda i: _names(i)["wa"]["addresses"] == [], 2)
+        assert flushed["events"]["addr_del"] >= 4
+        assert flushed["events"]["route_del"] >= 1
+
+        sh("ip", "-n", ns, "link", "set", "wb", "down")  # wa loses its carrier
+        down = lines.wait_for(lambda i: _names(i)["wa"]["up"] is False, 2)
+        assert down["events"]["link_down"] >= 2
+        assert set(down["events"]) == {
+            "link_up", "link_down", "link_new", "link_del",
+            "addr_add", "addr_del", "route_add", "route_del",
+        }  # fmt: skip
+        assert burst["events"]["addr_add"] >= 4
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        lines.close()
+    assert proc.returncode == 0
+
+
+class _FakeMessage:
+    def __init__(self, kind: int) -> None:
+        self._fields: dict[str, Any] = {"header": {"type": kind}, "index": 7, "flags": 0}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._fields[key]
+
+    def get_attr(self, name: str) -> Any:
+        return None
+
+
+class _FakeMonitor:
+    """Stands in for AsyncIPRoute: the first bind fails, later ones deliver one event."""
+
+    opened = 0
+
+    def __init__(self) -> None:
+        type(self).opened += 1
+        self.closed = False
+
+    async def bind(self, groups: int) -> None:
+        if type(self).opened == 1:
+            raise OSError(105, "No buffer space available")  # ENOBUFS: monitor overrun
+
+    async def _batch(self, first: bool) -> Any:
+        if first:
+            yield _FakeMessage(RTM_NEWADDR)
+        else:
+            await asyncio.sleep(3600)  # nothing more
+            yield _FakeMessage(RTM_NEWADDR)
+
+    def get(self) -> Any:
+        first = not getattr(self, "_used", False)
+        self._used = True
+        return self._batch(first)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_watcher_survives_netlink_and_callback_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No root needed: the retry paths with a fake netlink socket."""
+    a = Topology((_iface("a"),))
+    b = Topology((_iface("b"),))
+    reads: list[Topology | Exception] = [a, OSError(16, "busy"), b]
+
+    async def fake_read() -> Topology:
+        item = reads.pop(0) if reads else b
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    monkeypatch.setattr(netlink, "AsyncIPRoute", _FakeMonitor)
+    monkeypatch.setattr(netlink, "read_topology", fake_read)
+    monkeypatch.setattr(netlink, "REOPEN_DELAY", 0.01)
+    monkeypatch.setattr(netlink, "DEBOUNCE", 0.01)
+    _FakeMonitor.opened = 0
+    seen: list[Topology] = []
+
+    def on_change(topology: Topology) -> None:
+        seen.append(topology)
+        if len(seen) == 1:
+            raise RuntimeError("callback bug")  # logged, the watcher carries on
+
+    async def scenario() -> netlink.TopologyWatcher:
+        watcher = netlink.TopologyWatcher(on_change)
+        await watcher.start()
+        for _ in range(200):
+            if len(seen) >= 2 and watcher.events["addr_add"] >= 1:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        await watcher.close()
+        return watcher
+
+    watcher = asyncio.run(scenario())
+    assert seen == [a, b]  # unchanged re-reads (after the event) are not reported
+    assert watcher.topology == b
+    assert watcher.events["addr_add"] == 1
+    assert watcher.errors == 2  # the failed bind and the failed re-read, both retried
+    assert _FakeMonitor.opened == 2
+
+
+def _iface(name: str) -> Interface:
+    return build_interface(
+        index=7,
+        name=name,
+        link_kind="veth",
+        link_type=1,
+        flags=0x11043,
+        operstate="UP",
+        mtu=1500,
+        addresses=(InterfaceAddress.compute("10.1.2.3", 24),),
+        default_route_metric=None,
+    )

@@ -1,0 +1,392 @@
+"""Pure topology: computed broadcasts, roles, kinds, selection, primary and on-link owner."""
+
+import dataclasses
+
+import pytest
+
+from ipxbridge.interfaces_cmd import NO_PEERS, plan
+from ipxbridge.policy.topology import (
+    ARPHRD_ETHER,
+    ARPHRD_LOOPBACK,
+    ARPHRD_NONE,
+    Interface,
+    InterfaceAddress,
+    Topology,
+    broadcast_for,
+    build_interface,
+    classify_kind,
+    flag_names,
+    is_up,
+    owner_of,
+    select,
+    unicast_targets,
+)
+
+# ifi_flags as seen on this kernel (experiment in the task notes, see the report)
+LO = 0x10049  # UP,LOOPBACK,RUNNING,LOWER_UP
+VETH = 0x11043  # UP,BROADCAST,RUNNING,MULTICAST,LOWER_UP
+TUN_NO_OWNER = 0x1091  # UP,POINTOPOINT,NOARP,MULTICAST (NO-CARRIER)
+WG_GO = 0x110D1  # UP,POINTOPOINT,RUNNING,NOARP,MULTICAST,LOWER_UP
+
+
+def addr(text: str, peer: str | None = None) -> InterfaceAddress:
+    ip, _, plen = text.partition("/")
+    return InterfaceAddress.compute(ip, int(plen or 32), peer)
+
+
+def iface(
+    index: int,
+    name: str,
+    *addresses: InterfaceAddress,
+    kind: str | None = "veth",
+    flags: int = VETH,
+    operstate: str = "UP",
+    metric: int | None = None,
+    link_type: int = ARPHRD_ETHER,
+    wireguard: bool = False,
+) -> Interface:
+    return build_interface(
+        index=index,
+        name=name,
+        link_kind=kind,
+        link_type=link_type,
+        flags=flags,
+        operstate=operstate,
+        mtu=1500,
+        addresses=addresses,
+        default_route_metric=metric,
+        wireguard_uapi=wireguard,
+    )
+
+
+def lo() -> Interface:
+    return iface(
+        1, "lo", addr("127.0.0.1/8"), kind=None, flags=LO, operstate="UNKNOWN", link_type=772
+    )
+
+
+TOPO = Topology(
+    (
+        lo(),
+        iface(2, "eth0", addr("10.1.2.3/24"), metric=100),
+        iface(3, "eth1", addr("10.5.0.1/24"), addr("192.168.7.1/24"), kind="bridge"),
+        iface(
+            4,
+            "wg0",
+            addr("10.98.0.1/24"),
+            kind="tun",
+            flags=WG_GO,
+            operstate="UNKNOWN",
+            link_type=ARPHRD_NONE,
+            wireguard=True,
+            metric=50,
+        ),
+        iface(
+            5,
+            "tun7",
+            addr("10.7.0.1/32", peer="10.7.0.2"),
+            kind="tun",
+            flags=TUN_NO_OWNER,
+            operstate="DOWN",
+            link_type=ARPHRD_NONE,
+        ),
+        iface(6, "wg1", kind="tun", flags=WG_GO, link_type=ARPHRD_NONE, wireguard=True),
+    )
+)
+
+
+# --- broadcast computation (reliability.md item 8) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "prefixlen", "peer", "expected"),
+    [
+        ("10.1.2.3", 24, None, "10.1.2.255"),
+        ("10.1.2.3", 16, None, "10.1.255.255"),
+        ("10.1.3.7", 23, None, "10.1.3.255"),
+        ("10.1.2.3", 0, None, "255.255.255.255"),
+        ("10.1.2.4", 30, None, "10.1.2.7"),
+        ("10.1.2.4", 31, None, ""),  # RFC 3021: no broadcast on /31
+        ("10.1.2.5", 31, None, ""),
+        ("10.1.2.3", 32, None, ""),
+        ("10.7.0.1", 32, "10.7.0.2", ""),  # ip addr add 10.7.0.1 peer 10.7.0.2
+        ("10.7.0.1", 24, "10.8.0.0", "10.8.0.255"),  # the prefix is the peer's
+        ("10.1.2.255", 24, None, ""),  # would be our own address: refused
+    ],
+)
+def test_broadcast_for(address: str, prefixlen: int, peer: str | None, expected: str) -> None:
+    assert broadcast_for(address, prefixlen, peer) == expected
+    assert InterfaceAddress.compute(address, prefixlen, peer).broadcast == expected
+
+
+def test_broadcast_is_never_the_kernel_value() -> None:
+    # `ip addr add 10.1.2.3/24` without `brd +`: kernel 0.0.0.0, glibc the own address
+    for wrong in ("0.0.0.0", "10.1.2.3", ""):
+        with pytest.raises(ValueError, match="computed"):
+            InterfaceAddress("10.1.2.3", 24, wrong)
+    assert InterfaceAddress("10.1.2.3", 24, "10.1.2.255").broadcast == "10.1.2.255"
+
+
+@pytest.mark.parametrize(
+    ("address", "prefixlen"), [("10.1.2.3", 33), ("10.1.2.3", -1), ("fe80::1", 64), ("x", 8)]
+)
+def test_malformed_addresses_raise(address: str, prefixlen: int) -> None:
+    with pytest.raises(ValueError, match=r"."):
+        InterfaceAddress.compute(address, prefixlen)
+
+
+def test_peer_equal_to_local_is_not_a_peer() -> None:
+    # the kernel repeats IFA_LOCAL in IFA_ADDRESS on ordinary addresses
+    a = InterfaceAddress.compute("10.1.2.3", 24, "10.1.2.3")
+    assert a.peer is None
+    assert a.network.exploded == "10.1.2.0/24"
+
+
+def test_network_of_p2p_address_is_the_peer_prefix() -> None:
+    a = addr("10.7.0.1/32", peer="10.7.0.2")
+    assert str(a.network) == "10.7.0.2/32"
+    assert a.peer == "10.7.0.2"
+
+
+# --- flags, up, kind, role ------------------------------------------------------------
+
+
+def test_flag_names_in_ip_link_order() -> None:
+    assert flag_names(WG_GO) == ("UP", "POINTOPOINT", "RUNNING", "NOARP", "MULTICAST", "LOWER_UP")
+    assert flag_names(0) == ()
+
+
+@pytest.mark.parametrize(
+    ("flags", "operstate", "up"),
+    [
+        (VETH, "UP", True),
+        (LO, "UNKNOWN", True),
+        (WG_GO, "UNKNOWN", True),
+        (TUN_NO_OWNER, "DOWN", False),  # IFF_UP but no carrier: nobody holds the tun open
+        (0x1, "UNKNOWN", True),  # IFF_UP only, driver without carrier reporting
+        (0x1, "LOWERLAYERDOWN", False),
+        (VETH & ~0x1, "DOWN", False),  # administratively down
+        (VETH & ~0x1, "UP", False),
+    ],
+)
+def test_is_up(flags: int, operstate: str, up: bool) -> None:
+    assert is_up(flags, operstate) is up
+
+
+@pytest.mark.parametrize(
+    ("kind", "flags", "link_type", "wireguard", "expected"),
+    [
+        (None, LO, ARPHRD_LOOPBACK, False, "loopback"),
+        (None, VETH, ARPHRD_ETHER, False, "ethernet"),
+        ("veth", VETH, ARPHRD_ETHER, False, "veth"),
+        ("bridge", VETH, ARPHRD_ETHER, False, "bridge"),
+        ("tun", TUN_NO_OWNER, ARPHRD_NONE, False, "tun"),
+        ("tun", WG_GO, ARPHRD_NONE, True, "wireguard"),  # wireguard-go: tun + UAPI socket
+        ("wireguard", WG_GO, ARPHRD_NONE, False, "wireguard"),  # kernel WireGuard
+        ("vlan", VETH, ARPHRD_ETHER, False, "other"),
+        (None, VETH, ARPHRD_NONE, False, "other"),
+        ("veth", VETH, ARPHRD_ETHER, True, "veth"),  # a stray socket name does not matter
+    ],
+)
+def test_classify_kind(
+    kind: str | None, flags: int, link_type: int, wireguard: bool, expected: str
+) -> None:
+    assert classify_kind(kind, flags, link_type, wireguard_uapi=wireguard) == expected
+
+
+def test_roles() -> None:
+    roles = {i.name: i.role for i in TOPO.interfaces}
+    assert roles == {
+        "lo": "p2p",  # no IFF_BROADCAST; never selected anyway
+        "eth0": "lan",
+        "eth1": "lan",
+        "wg0": "p2p",
+        "tun7": "p2p",
+        "wg1": "p2p",
+    }
+    # BROADCAST and POINTOPOINT together is still p2p
+    both = dataclasses.replace(TOPO.interfaces[1], pointopoint=True)
+    assert both.role == "p2p"
+
+
+def test_lookup() -> None:
+    assert TOPO.by_index(4) is TOPO.interfaces[3]
+    assert TOPO.by_name("tun7") is TOPO.interfaces[4]
+    assert TOPO.by_index(99) is None
+    assert TOPO.by_name("eth9") is None
+
+
+# --- primary ------------------------------------------------------------------------------
+
+
+def test_primary_is_lowest_metric() -> None:
+    primary = TOPO.primary
+    assert primary is not None
+    assert primary.name == "wg0"
+
+
+def test_primary_tie_breaks_on_lowest_index() -> None:
+    a = iface(7, "b", addr("10.3.0.1/24"), metric=10)
+    b = iface(3, "a", addr("10.4.0.1/24"), metric=10)
+    c = iface(2, "c", addr("10.5.0.1/24"), metric=11)
+    primary = Topology((a, b, c)).primary
+    assert primary is not None
+    assert primary.index == 3
+
+
+def test_metric_zero_counts_and_no_default_means_no_primary() -> None:
+    zero = iface(9, "z", metric=0)
+    primary = Topology((*TOPO.interfaces, zero)).primary
+    assert primary is not None
+    assert primary.name == "z"
+    assert Topology((lo(), iface(2, "eth0"))).primary is None
+    assert Topology(()).primary is None
+
+
+# --- select ------------------------------------------------------------------------------
+
+
+def names(found: list[Interface]) -> list[str]:
+    return [i.name for i in found]
+
+
+@pytest.mark.parametrize(
+    ("patterns", "expected"),
+    [
+        (["eth0"], ["eth0"]),
+        (["wg*"], ["wg0", "wg1"]),
+        (["eth?", "tun7"], ["eth0", "eth1", "tun7"]),
+        (["10.1.2.0/24"], ["eth0"]),
+        (["10.1.2.77/24"], ["eth0"]),  # host bits allowed in a pattern
+        (["192.168.0.0/16"], ["eth1"]),  # any address of the interface
+        (["10.0.0.0/8"], ["eth0", "eth1", "wg0", "tun7"]),
+        (["lo"], []),  # loopback never selected
+        (["*"], ["eth0", "eth1", "wg0", "tun7", "wg1"]),
+        (["127.0.0.0/8"], []),
+        (["ETH0"], []),  # case-sensitive like the kernel's names
+        (["nothing*"], []),
+    ],
+)
+def test_select(patterns: list[str], expected: list[str]) -> None:
+    assert names(select(TOPO, patterns)) == expected
+
+
+def test_select_keeps_topology_order_without_duplicates() -> None:
+    found = select(TOPO, ["tun7", "eth*", "10.5.0.0/24", "eth1", "*"])
+    assert names(found) == ["eth0", "eth1", "wg0", "tun7", "wg1"]
+
+
+def test_select_nothing_means_every_non_loopback() -> None:
+    assert names(select(TOPO, [])) == ["eth0", "eth1", "wg0", "tun7", "wg1"]
+
+
+@pytest.mark.parametrize("pattern", ["10.1.2.0/33", "eth0/24", "fe80::/64", "/"])
+def test_select_rejects_bad_cidr(pattern: str) -> None:
+    with pytest.raises(ValueError, match="CIDR"):
+        select(TOPO, [pattern])
+
+
+# --- owner_of ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ip", "owner"),
+    [
+        ("10.1.2.77", "eth0"),
+        ("10.1.2.3", "eth0"),  # our own address
+        ("10.1.2.255", "eth0"),
+        ("192.168.7.20", "eth1"),  # second address of an interface
+        ("10.98.0.2", "wg0"),
+        ("10.7.0.2", "tun7"),  # the p2p peer
+        ("10.7.0.1", "tun7"),  # our side of the p2p link
+        ("10.7.0.3", None),
+        ("8.8.8.8", None),
+        ("127.0.0.1", "lo"),
+        ("not-an-ip", None),
+        ("fe80::1", None),
+    ],
+)
+def test_owner_of(ip: str, owner: str | None) -> None:
+    found = owner_of(TOPO, ip)
+    assert (found.name if found else None) == owner
+
+
+def test_owner_of_prefers_longest_prefix_then_up() -> None:
+    wide = iface(2, "wide", addr("10.0.0.1/8"))
+    narrow = iface(3, "narrow", addr("10.1.0.1/16"))
+    found = owner_of(Topology((wide, narrow)), "10.1.9.9")
+    assert found is not None
+    assert found.name == "narrow"
+    down = iface(4, "down", addr("10.9.0.1/24"), flags=VETH & ~0x1, operstate="DOWN")
+    up = iface(5, "up", addr("10.9.0.2/24"))
+    found = owner_of(Topology((down, up)), "10.9.0.50")
+    assert found is not None
+    assert found.name == "up"
+
+
+# --- WireGuard AllowedIPs -> unicast targets ---------------------------------------------
+
+
+def test_unicast_targets_keeps_host_routes_only() -> None:
+    allowed = [
+        "10.98.0.3/32",
+        "10.99.0.0/24",
+        "10.98.0.2/32",
+        "10.98.0.2/32",
+        "0.0.0.0/0",
+        "fd00::2/128",
+        "224.0.0.1/32",
+        "255.255.255.255/32",
+        "0.0.0.0/32",
+        "garbage",
+        " 10.98.0.10/32 ",
+    ]
+    assert unicast_targets(allowed) == ["10.98.0.2", "10.98.0.3", "10.98.0.10"]
+    assert unicast_targets([]) == []
+
+
+# --- the interfaces command's plan (pure part) --------------------------------------------
+
+
+def test_plan_actions() -> None:
+    items = {
+        p.interface.name: p
+        for p in plan(TOPO, [], lambda name: {"wg0": ["10.98.0.2"]}.get(name, []))
+    }
+    assert items["lo"].action == "loopback: never used"
+    assert (
+        items["eth0"].action == "lan: re-send as subnet broadcast to 10.1.2.255 (bound to device)"
+    )
+    assert items["eth1"].action == (
+        "lan: re-send as subnet broadcast to 10.5.0.255, 192.168.7.255 (bound to device)"
+    )
+    assert items["wg0"].action == (
+        "p2p: unicast copy to each peer: 10.98.0.2 (from WireGuard AllowedIPs)"
+    )
+    assert items["wg0"].peers == ("10.98.0.2",)
+    assert items["wg0"].primary
+    assert items["tun7"].action == "down: skipped"
+    assert items["wg1"].action == "no IPv4 address: skipped"
+    assert all(p.selected for n, p in items.items() if n != "lo")
+    only = {p.interface.name: p for p in plan(TOPO, ["eth1"], lambda _: [])}
+    assert only["eth0"].action == "not selected: skipped"
+    assert not only["eth0"].selected
+    assert only["eth1"].selected
+
+
+def test_plan_p2p_without_peers_and_p2p_peer_address() -> None:
+    lonely = iface(
+        8,
+        "wg9",
+        addr("10.97.0.1/24"),
+        kind="tun",
+        flags=WG_GO,
+        link_type=ARPHRD_NONE,
+        wireguard=True,
+    )
+    tun = iface(9, "tun8", addr("10.6.0.1/32", peer="10.6.0.2"), kind="tun", flags=WG_GO)
+    items = plan(Topology((lonely, tun)), [], lambda _: [])
+    assert items[0].action == NO_PEERS
+    assert items[1].action == (
+        "p2p: unicast copy to each peer: 10.6.0.2 (from the point-to-point peer address)"
+    )
