@@ -13,6 +13,7 @@ from ipxbridge.errors import StartupError
 from ipxbridge.games import game_table
 from ipxbridge.io.interfaces import select_ipv4
 from ipxbridge.io.netlink import TopologyWatcher
+from ipxbridge.io.nftables import KernelFanout
 from ipxbridge.io.probe import DirectPlayProber, dp4_probe
 from ipxbridge.io.relay import (
     BroadcastRelay,
@@ -77,6 +78,7 @@ class Bridge:
         self.relay: BroadcastRelay | None = None
         self.relay_counters = RelayCounters()
         self.watcher: TopologyWatcher | None = None
+        self.fanout: KernelFanout | None = None
         self._plan: tuple[Egress, ...] | None = None
         self._selections: tuple[Selection, ...] = ()
         self.started = False
@@ -153,7 +155,17 @@ class Bridge:
                 "--source-mode preserve needs raw sockets: run as root or grant "
                 "CAP_NET_RAW (docker --cap-add NET_RAW), or use rewrite"
             )
-        policy = RelayPolicy(RelaySettings(SourceMode(mode), cfg.dedup_window))
+        why_not = KernelFanout.available() if cfg.fast_path != "off" else "off in the config"
+        fast = mode == "preserve" and why_not is None
+        if cfg.fast_path == "on" and not fast:
+            raise StartupError(
+                "relay.fast_path is on but cannot be used: "
+                f"{why_not or 'it needs --source-mode preserve'}"
+            )
+        if why_not is None:
+            KernelFanout.remove_stale()
+        self.fanout = KernelFanout(tuple(cfg.ports)) if fast else None
+        policy = RelayPolicy(RelaySettings(SourceMode(mode), cfg.dedup_window, kernel_fanout=fast))
         self.relay = BroadcastRelay(
             loop, policy, tuple(cfg.ports), self.inspector, self.relay_counters
         )
@@ -170,7 +182,10 @@ class Bridge:
         self.watcher = TopologyWatcher(self._on_topology)
         await self.watcher.start()
         logger.info(
-            "broadcast relay on udp ports %s, source mode %s", ", ".join(map(str, cfg.ports)), mode
+            "broadcast relay on udp ports %s, source mode %s, copies made by %s",
+            ", ".join(map(str, cfg.ports)),
+            mode,
+            "the kernel (nftables fast path)" if fast else "ipxbridge",
         )
 
     def _on_topology(self, topology: Topology) -> None:
@@ -181,6 +196,8 @@ class Bridge:
         self.relay.apply_plan(egresses, own, bcasts)
         if egresses == self._plan:
             return
+        if self.fanout is not None and not self.fanout.install(egresses):
+            logger.error("kernel fast path failed; broadcasts are NOT being relayed")
         self._plan = egresses
         parts = []
         for e in egresses:
@@ -290,6 +307,14 @@ class Bridge:
             await self.prober.close()
         if self.watcher is not None:
             await self.watcher.close()
+        if self.fanout is not None:
+            kernel = self.fanout.copies_by_egress()
+            self.fanout.remove()
+            if kernel:
+                logger.info(
+                    "kernel fast path copies: %s",
+                    ", ".join(f"{k}={v}" for k, v in sorted(kernel.items())),
+                )
         if self.relay is not None:
             self.relay.close()
             logger.info("stopped; relay: %s", self.relay_counters.summary())

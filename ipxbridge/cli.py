@@ -82,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="how relayed copies are sourced (default auto)",
     )
     run.add_argument(
+        "--fast-path",
+        choices=("auto", "on", "off"),
+        help="kernel (nftables) fan-out in preserve mode (default auto)",
+    )
+    run.add_argument(
         "--probe-interval",
         type=float,
         metavar="SECONDS",
@@ -151,6 +156,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         flags.setdefault("relay", {})["interfaces"] = [{"name": n} for n in args.iface]
     if args.relay_port:
         flags.setdefault("relay", {})["ports"] = list(args.relay_port)
+    if args.fast_path is not None:
+        flags.setdefault("relay", {})["fast_path"] = args.fast_path
     if args.source_mode is not None:
         flags.setdefault("relay", {})["source_mode"] = args.source_mode
     if args.probe_interval is not None:

@@ -59,6 +59,9 @@ relay:
   # player directly if this box routes); rewrite: copies come from this box and replies are
   # relayed back; auto: preserve when raw sockets are allowed, else rewrite.
   source_mode: auto
+  # Kernel fast path in preserve mode (nftables dup rules owned by ipxbridge): auto | on | off.
+  # Its copies are DSCP-marked and never relayed again, so bridges on it do not chain.
+  fast_path: auto
   dedup_window: 2.0
 directplay:
   # Send our own DirectPlay 4/8 session enumerations every N seconds (0 = off, min 1) so the
@@ -227,6 +230,9 @@ class RelaySection(_Model):
     interfaces: tuple[RelayInterface, ...] = ()  # empty: the relay is off
     ports: tuple[Annotated[int, Field(ge=1, le=65_535)], ...] = (47624, 6073)
     source_mode: Literal["auto", "preserve", "rewrite"] = "auto"
+    # Kernel fast path (nftables dup) for preserve mode: auto = when nft and CAP_NET_ADMIN
+    # are available. Off: every copy is made in Python (needed to chain relays).
+    fast_path: Literal["auto", "on", "off"] = "auto"
     dedup_window: Annotated[float, Field(ge=0, le=60)] = 2.0
 
 

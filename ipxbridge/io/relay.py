@@ -37,6 +37,8 @@ Address = tuple[str, int]
 IP_PKTINFO: Final = 8
 IP_RECVTTL: Final = 12
 IP_TTL_CMSG: Final = 2
+IP_RECVTOS: Final = 13
+IP_TOS_CMSG: Final = 1
 SO_BINDTODEVICE: Final = 25
 RECV_SIZE: Final = 65_535
 ANC_SIZE: Final = 256
@@ -47,6 +49,10 @@ MAX_RETURNS: Final = 1024
 _IPV4: Final = struct.Struct("!BBHHHBBH4s4s")
 _UDP: Final = struct.Struct("!HHHH")
 DP8_PORTS: Final = frozenset({6073, *range(2302, 2401)})
+UNINSPECTED: Final = frozenset({"own_packet", "duplicate", "marked_copy"})
+_PKTINFO: Final = struct.Struct("=i")
+IPPROTO_IP: Final = socket.IPPROTO_IP
+inet_ntoa: Final = socket.inet_ntoa
 
 
 @dataclass(slots=True)
@@ -75,19 +81,20 @@ class RelayCounters:
         )
 
 
-def parse_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, str, int]:
-    """(ingress ifindex, header destination address, TTL) from recvmsg control data."""
-    ifindex, dst, ttl = 0, "", 64
+def parse_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, str, int, int]:
+    """(ingress ifindex, header destination, TTL, TOS) from recvmsg control data."""
+    ifindex, dst, ttl, tos = 0, "", 64, 0
     for level, kind, data in ancdata:
-        if level != socket.IPPROTO_IP:
-            continue
-        if kind == IP_PKTINFO and len(data) >= 12:
-            # struct in_pktinfo { int ipi_ifindex; in_addr ipi_spec_dst; in_addr ipi_addr; }
-            ifindex = int.from_bytes(data[0:4], "little", signed=True)
-            dst = socket.inet_ntoa(data[8:12])
-        elif kind == IP_TTL_CMSG and len(data) >= 4:
-            ttl = int.from_bytes(data[0:4], "little")
-    return ifindex, dst, ttl
+        if level == IPPROTO_IP:
+            if kind == IP_PKTINFO and len(data) >= 12:
+                # struct in_pktinfo { int ipi_ifindex; in_addr ipi_spec_dst; in_addr ipi_addr; }
+                ifindex = _PKTINFO.unpack_from(data)[0]
+                dst = inet_ntoa(data[8:12])
+            elif kind == IP_TTL_CMSG and len(data) >= 4:
+                ttl = data[0]  # an int in host order; TTL <= 255 (little-endian here)
+            elif kind == IP_TOS_CMSG and data:
+                tos = data[0]
+    return ifindex, dst, ttl, tos
 
 
 def build_ip_udp(
@@ -177,6 +184,7 @@ class BroadcastRelay:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
                 sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
                 sock.setsockopt(socket.IPPROTO_IP, IP_RECVTTL, 1)
+                sock.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
                 try:
                     sock.setsockopt(socket.SOL_SOCKET, 33, 4 << 20)  # SO_RCVBUFFORCE
                 except OSError:
@@ -254,8 +262,23 @@ class BroadcastRelay:
                 counters.truncated += 1
                 counters.dropped["truncated"] += 1
                 continue
-            ifindex, dst_ip, ttl = parse_ancillary(anc)
+            ifindex, dst_ip, ttl, tos = parse_ancillary(anc)
             src_addr: Address = (src[0], src[1])
+            decision = self.policy.decide(
+                data,
+                src=src_addr,
+                dst_ip=dst_ip,
+                dst_port=port,
+                ingress=ifindex,
+                ttl=ttl,
+                now=now,
+                tos=tos,
+            )
+            reason = decision.drop_reason
+            if reason is not None:
+                counters.dropped[reason] += 1
+                if reason in UNINSPECTED:
+                    continue  # our own copies and loop copies were inspected the first time
             if self.inspector is not None:
                 self.inspector.inspect(
                     data,
@@ -265,11 +288,7 @@ class BroadcastRelay:
                     now=now,
                     dp8_context=port in DP8_PORTS,
                 )
-            decision = self.policy.decide(
-                data, src=src_addr, dst_ip=dst_ip, dst_port=port, ingress=ifindex, ttl=ttl, now=now
-            )
-            if decision.drop_reason is not None:
-                counters.dropped[decision.drop_reason] += 1
+            if reason is not None:
                 continue
             counters.relayed += 1
             counters.sockaddr_rewrites += decision.sockaddr_rewritten

@@ -40,6 +40,7 @@ RELAY_DROP_REASONS: Final = (
     "own_packet",
     "not_broadcast",
     "duplicate",
+    "marked_copy",
     "ttl_expired",
     "no_destination",
 )
@@ -91,6 +92,10 @@ class RelaySettings:
     source_mode: SourceMode = SourceMode.REWRITE
     dedup_window: float = 2.0
     dedup_max_entries: int = 65_536
+    # The kernel makes the copies (io/nftables.py); this policy then only classifies what
+    # arrives: originals (relayed by the kernel) and marked copies (never relayed again).
+    kernel_fanout: bool = False
+    dscp_mark: int = 0x2E
 
 
 class RelayPolicy:
@@ -136,6 +141,7 @@ class RelayPolicy:
         ingress: int,
         ttl: int,
         now: float,
+        tos: int = 0,
     ) -> RelayDecision:
         """Decide the copies for one datagram received on a relay port."""
         egress_in = self._egresses.get(ingress)
@@ -149,6 +155,13 @@ class RelayPolicy:
             and not (egress_in.role == "p2p" and dst_ip == egress_in.address)
         ):
             return RelayDecision("not_broadcast")
+        if self.settings.kernel_fanout:
+            # Mirrors the nft match: marked copies and TTL <= 1 were not fanned out.
+            if tos >> 2 == self.settings.dscp_mark:
+                return RelayDecision("marked_copy")
+            if ttl <= 1:
+                return RelayDecision("ttl_expired")
+            return RelayDecision(None)  # the kernel made the copies
         loops = self._loops
         if loops.is_loop_copy(hash((dst_port, payload)), ttl, now):
             return RelayDecision("duplicate")

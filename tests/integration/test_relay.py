@@ -92,10 +92,17 @@ def topo(net: Netns) -> Iterator[Net]:
             wg.stop(net, end)
 
 
+MODES = ["preserve", "preserve-python", "rewrite"]  # preserve = the kernel fast path
+
+
+def mode_args(mode: str) -> list[str]:
+    if mode == "preserve-python":
+        return ["--source-mode", "preserve", "--fast-path", "off"]
+    return ["--source-mode", mode]
+
+
 def bridge(t: Net, workdir: Path, mode: str) -> BridgeProcess:
-    return BridgeProcess(
-        t.net,
-        t.box,
+    args = [
         "--ipx-listen",
         "off",
         "--metrics-listen",
@@ -106,10 +113,10 @@ def bridge(t: Net, workdir: Path, mode: str) -> BridgeProcess:
         "lanB",
         "--iface",
         "wgb*",
-        "--source-mode",
-        mode,
-        log_dir=workdir,
-        ready=r"relaying between: .*lanA.*lanB.*wgb",
+        *mode_args(mode),
+    ]
+    return BridgeProcess(
+        t.net, t.box, *args, log_dir=workdir, ready=r"relaying between: .*lanA.*lanB.*wgb"
     )
 
 
@@ -120,7 +127,7 @@ def dp4_enum(port: int = 2300) -> bytes:
 
 
 @pytest.mark.netns
-@pytest.mark.parametrize("mode", ["preserve", "rewrite"])
+@pytest.mark.parametrize("mode", MODES)
 def test_dp4_enum_reaches_host_and_tcp_reply_reaches_player(
     topo: Net, workdir: Path, mode: str
 ) -> None:
@@ -136,7 +143,7 @@ def test_dp4_enum_reaches_host_and_tcp_reply_reaches_player(
         assert isinstance(msg, DP4Message)
         assert isinstance(msg.parsed, EnumSessions)
         assert msg.header is not None
-        if mode == "preserve":
+        if mode.startswith("preserve"):
             assert src_ip == "10.61.1.10"  # the player's own address
             assert msg.header.sockaddr.address == "0.0.0.0"
             target = src_ip
@@ -168,7 +175,7 @@ def test_dp4_enum_reaches_host_and_tcp_reply_reaches_player(
 
 
 @pytest.mark.netns
-@pytest.mark.parametrize("mode", ["preserve", "rewrite"])
+@pytest.mark.parametrize("mode", MODES)
 def test_dp8_query_and_reply_from_the_game_port_cross(topo: Net, workdir: Path, mode: str) -> None:
     b = bridge(topo, workdir, mode)
     player = topo.udp(topo.pa, 0, device="eth0")
@@ -197,7 +204,7 @@ def test_dp8_query_and_reply_from_the_game_port_cross(topo: Net, workdir: Path, 
         game.sendto(payload, src)  # from the game port, to whatever address queried
         got, frm = player.recvfrom(65535)
         assert got == payload
-        if mode == "preserve":
+        if mode.startswith("preserve"):
             assert frm == ("10.61.2.20", 2302)
         else:
             # through the bridge's flow table; the player can keep talking to that address
@@ -213,8 +220,9 @@ def test_dp8_query_and_reply_from_the_game_port_cross(topo: Net, workdir: Path, 
 
 
 @pytest.mark.netns
-def test_3000_byte_broadcast_crosses_fragmented(topo: Net, workdir: Path) -> None:
-    b = bridge(topo, workdir, "preserve")
+@pytest.mark.parametrize("mode", MODES)
+def test_3000_byte_broadcast_crosses_fragmented(topo: Net, workdir: Path, mode: str) -> None:
+    b = bridge(topo, workdir, mode)
     player = topo.udp(topo.pa, 50001, device="eth0")
     host = topo.udp(topo.hb, 47624)
     try:
@@ -222,7 +230,7 @@ def test_3000_byte_broadcast_crosses_fragmented(topo: Net, workdir: Path) -> Non
         player.sendto(big, ("255.255.255.255", 47624))
         data, src = host.recvfrom(65535)
         assert data == big
-        assert src == ("10.61.1.10", 50001)
+        assert src[0] == ("10.61.2.1" if mode == "rewrite" else "10.61.1.10")
     finally:
         player.close()
         host.close()
@@ -278,7 +286,7 @@ def attach(net: Netns, seg: str, port: str, ns: str, ifname: str, addr: str) -> 
 
 
 @pytest.mark.netns
-@pytest.mark.parametrize("mode", ["preserve", "rewrite"])
+@pytest.mark.parametrize("mode", MODES)
 def test_two_bridges_on_parallel_paths_end_the_storm(net: Netns, workdir: Path, mode: str) -> None:
     seg_a, seg_b = segment(net, "sa"), segment(net, "sb")
     pa, hb, box1, box2 = (net.add(n) for n in ("pa", "hb", "b1", "b2"))
@@ -297,8 +305,7 @@ def test_two_bridges_on_parallel_paths_end_the_storm(net: Netns, workdir: Path, 
             "off",
             "--iface",
             "lan*",
-            "--source-mode",
-            mode,
+            *mode_args(mode),
             log_dir=workdir,
             ready=r"relaying between: lanA.*lanB",
         )
