@@ -1,0 +1,202 @@
+"""Relay decisions (pure) and the generated nftables ruleset."""
+
+import uuid
+
+from ipxbridge.io.nftables import ruleset
+from ipxbridge.policy.dedup import LoopFilter
+from ipxbridge.policy.relay import (
+    Egress,
+    RelayPolicy,
+    RelaySettings,
+    Selection,
+    SourceMode,
+    build_plan,
+)
+from ipxbridge.policy.topology import Interface, InterfaceAddress, Kind, Topology
+from ipxbridge.wire.directplay import (
+    DP4Message,
+    EnumSessions,
+    SockAddr,
+    build_enum_sessions,
+    parse_dplay,
+)
+
+LAN_A = Egress(2, "lanA", "lan", "10.0.1.1", "10.0.1.255")
+LAN_B = Egress(3, "lanB", "lan", "10.0.2.1", "10.0.2.255")
+WG = Egress(4, "wg0", "p2p", "10.98.0.1", "", ("10.98.0.2", "10.98.0.3"))
+OWN = frozenset({"10.0.1.1", "10.0.2.1", "10.98.0.1"})
+BCAST = {2: frozenset({"10.0.1.255"}), 3: frozenset({"10.0.2.255"}), 4: frozenset()}
+PLAYER = ("10.0.1.50", 2300)
+
+
+def policy(mode: SourceMode = SourceMode.PRESERVE, **kw: object) -> RelayPolicy:
+    p = RelayPolicy(RelaySettings(mode, **kw))  # type: ignore[arg-type]
+    p.set_plan((LAN_A, LAN_B, WG), OWN, BCAST)
+    return p
+
+
+def enum() -> bytes:
+    return build_enum_sessions(
+        EnumSessions(uuid.UUID(int=7), 0x81, None), sockaddr=SockAddr(2, 2300, "0.0.0.0")
+    )
+
+
+def decide(
+    p: RelayPolicy,
+    payload: bytes,
+    *,
+    ingress: int = 2,
+    ttl: int = 64,
+    dst: str = "255.255.255.255",
+    src: tuple[str, int] = PLAYER,
+    now: float = 0.0,
+    tos: int = 0,
+) -> tuple[str | None, list[tuple[str, str, int]]]:
+    d = p.decide(
+        payload, src=src, dst_ip=dst, dst_port=47624, ingress=ingress, ttl=ttl, now=now, tos=tos
+    )
+    return d.drop_reason, [(c.egress.name, c.dst, c.ttl) for c in d.copies]
+
+
+def test_fan_out_to_every_other_interface_never_back() -> None:
+    reason, copies = decide(policy(), b"hello")
+    assert reason is None
+    assert copies == [
+        ("lanB", "10.0.2.255", 63),
+        ("wg0", "10.98.0.2", 63),
+        ("wg0", "10.98.0.3", 63),
+    ]
+
+
+def test_subnet_broadcast_counts_unicast_does_not() -> None:
+    assert decide(policy(), b"a", dst="10.0.1.255")[0] is None
+    assert decide(policy(), b"b", dst="10.0.1.7")[0] == "not_broadcast"
+    assert decide(policy(), b"c", dst="10.0.2.255")[0] == "not_broadcast"  # not lanA's
+
+
+def test_p2p_ingress_accepts_datagrams_to_our_tunnel_address() -> None:
+    reason, copies = decide(policy(), b"x", ingress=4, dst="10.98.0.1", src=("10.98.0.2", 5000))
+    assert reason is None
+    assert [c[0] for c in copies] == ["lanA", "lanB"]
+
+
+def test_own_packets_unselected_interfaces_and_ttl() -> None:
+    assert decide(policy(), b"x", src=("10.0.2.1", 47624))[0] == "own_packet"
+    assert decide(policy(), b"x", ingress=9)[0] == "not_selected"
+    assert decide(policy(), b"y", ttl=1)[0] == "ttl_expired"
+
+
+def test_loop_copy_with_lower_ttl_is_dropped_retries_pass() -> None:
+    p = policy()
+    assert decide(p, b"storm", ttl=64, now=0.0)[0] is None
+    assert decide(p, b"storm", ingress=3, ttl=63, now=0.01)[0] == "duplicate"  # echo / loop
+    assert decide(p, b"storm", ingress=2, ttl=62, now=0.02)[0] == "duplicate"  # came back
+    for i in range(1, 6):  # the player's identical retries, 0.5 s apart
+        assert decide(p, b"storm", ttl=64, now=0.5 * i)[0] is None
+    # another player sending the same bytes is not a loop copy either
+    assert decide(p, b"storm", src=("10.0.1.51", 2300), ttl=64, now=3.1)[0] is None
+
+
+def test_rewrite_mode_names_the_player_in_the_dp4_sockaddr() -> None:
+    p = policy(SourceMode.REWRITE)
+    d = p.decide(
+        enum(), src=PLAYER, dst_ip="255.255.255.255", dst_port=47624, ingress=2, ttl=64, now=0.0
+    )
+    assert d.sockaddr_rewritten
+    msg = parse_dplay(d.copies[0].payload)
+    assert isinstance(msg, DP4Message)
+    assert msg.header is not None
+    assert msg.header.sockaddr.address == "10.0.1.50"
+    assert msg.header.sockaddr.port == 2300
+    assert msg.parsed == parse_dplay(enum()).parsed  # type: ignore[union-attr]
+    # the rewritten form coming back round a loop is recognised too
+    assert (
+        decide(p, d.copies[0].payload, ingress=3, ttl=63, src=("10.0.2.9", 47624), now=0.1)[0]
+        == "duplicate"
+    )
+
+
+def test_preserve_mode_keeps_the_payload() -> None:
+    d = policy().decide(
+        enum(), src=PLAYER, dst_ip="255.255.255.255", dst_port=47624, ingress=2, ttl=64, now=0.0
+    )
+    assert not d.sockaddr_rewritten
+    assert all(c.payload == enum() for c in d.copies)
+
+
+def test_kernel_mode_only_classifies() -> None:
+    p = policy(kernel_fanout=True)
+    assert decide(p, b"k") == (None, [])
+    assert decide(p, b"k2", tos=0x2E << 2)[0] == "marked_copy"
+
+
+def test_loop_filter_bound() -> None:
+    f = LoopFilter(window=1.0, max_entries=4)
+    for i in range(100):
+        f.is_loop_copy(i, 64, 0.0)
+    assert len(f) == 4
+
+
+def iface(
+    index: int,
+    name: str,
+    address: str,
+    prefix: int,
+    *,
+    kind: Kind = "veth",
+    bcast: bool = True,
+    p2p: bool = False,
+    up: bool = True,
+) -> Interface:
+    return Interface(
+        index=index,
+        name=name,
+        kind=kind,
+        up=up,
+        broadcast_capable=bcast,
+        pointopoint=p2p,
+        noarp=p2p,
+        mtu=1500,
+        addresses=(InterfaceAddress.compute(address, prefix),),
+        default_route_metric=None,
+    )
+
+
+def test_build_plan_roles_peers_and_skips() -> None:
+    topo = Topology(
+        (
+            iface(2, "eth0", "10.0.1.1", 24),
+            iface(3, "wg0", "10.98.0.1", 24, kind="wireguard", bcast=False, p2p=True),
+            iface(4, "tun0", "10.99.0.1", 24, kind="tun", bcast=False, p2p=True),
+            iface(5, "eth1", "10.0.3.1", 24, up=False),
+        )
+    )
+    sels = (Selection("eth*"), Selection("wg0"), Selection("tun0", peers=("10.99.0.7",)))
+    egresses, own, bcasts = build_plan(topo, sels, lambda name: ["10.98.0.2"])
+    assert [(e.name, e.role, e.broadcast, e.peers) for e in egresses] == [
+        ("eth0", "lan", "10.0.1.255", ()),
+        ("wg0", "p2p", "", ("10.98.0.2",)),
+        ("tun0", "p2p", "", ("10.99.0.7",)),
+    ]
+    assert own == {"10.0.1.1", "10.98.0.1", "10.99.0.1", "10.0.3.1"}
+    assert bcasts[2] == {"10.0.1.255"}
+
+
+def test_nft_ruleset_copies_and_loop_guard() -> None:
+    script, rules = ruleset((LAN_A, LAN_B, WG), (47624, 6073))
+    assert [(r.ingress, r.egress, r.target) for r in rules] == [
+        ("lanA", "lanB", "10.0.2.255"),
+        ("lanA", "wg0", "10.98.0.2"),
+        ("lanA", "wg0", "10.98.0.3"),
+        ("lanB", "lanA", "10.0.1.255"),
+        ("lanB", "wg0", "10.98.0.2"),
+        ("lanB", "wg0", "10.98.0.3"),
+        ("wg0", "lanA", "10.0.1.255"),
+        ("wg0", "lanB", "10.0.2.255"),
+    ]
+    assert (
+        'iifname "lanA" meta pkttype broadcast udp dport { 6073, 47624 } ip dscp != 0x2e' in script
+    )
+    assert 'iifname "wg0" ip daddr 10.98.0.1 udp dport' in script
+    assert 'dup to 10.98.0.3 device "wg0"' in script
+    assert script.count("ip dscp set 0 ip daddr set 255.255.255.255") == 3
