@@ -42,6 +42,7 @@ from ipxbridge.policy.topology import Topology
 logger = logging.getLogger(__name__)
 
 TICK_SECONDS = 1.0
+PEER_REFRESH_SECONDS = 10.0
 
 
 def switch_settings(config: Config) -> SwitchSettings:
@@ -82,6 +83,7 @@ class Bridge:
         self._plan: tuple[Egress, ...] | None = None
         self._selections: tuple[Selection, ...] = ()
         self.started = False
+        self._next_peer_check = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._next_probe = 0.0
@@ -285,6 +287,11 @@ class Bridge:
             self.inspector.tick(now)
             if self.relay is not None:
                 self.relay.tick(now)
+                # WireGuard peer changes (wg set) raise no netlink event: re-read them.
+                if self.watcher is not None and now >= self._next_peer_check:
+                    self._next_peer_check = now + PEER_REFRESH_SECONDS
+                    if any(e.role == "p2p" for e in self._plan or ()):
+                        self._on_topology(self.watcher.topology)
             interval = self.config.directplay.probe_interval
             if interval > 0 and now >= self._next_probe:
                 self._next_probe = now + interval

@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 TABLE: Final = "ipxbridge"
 DSCP_MARK: Final = 0x2E  # EF; any value works as long as all bridges agree
+INSPECT_PPS: Final = 5000  # originals per second and ingress handed to the inspector
 
 
 def _nft() -> str:
@@ -66,6 +67,10 @@ def ruleset(
         # Our relay traffic itself is not tracked (no per-flow state for broadcasts).
         f"    udp dport {port_set} notrack",
         "    ct state untracked counter",
+        # Marked copies (the kernel loops ours back; other bridges' arrive too) are never
+        # fanned out again and the Python side would only count and drop them: drop them
+        # here, counted, and spare the socket (it doubled the receive work at saturation).
+        f'    udp dport {port_set} ip dscp {mark:#x} counter drop comment "marked"',
     ]
     chains: list[str] = []
     rules: list[FanoutRule] = []
@@ -90,7 +95,14 @@ def ruleset(
                 f'    ip daddr set {target} counter dup to {target} device "{out.name}" '
                 f'comment "{ing.name}>{out.name}"'
             )
-        body += ["    ip dscp set 0 ip daddr set 255.255.255.255", "  }"]
+        # The original continues to local delivery for inspection, at most INSPECT_PPS per
+        # ingress: past that (a flood, or a benchmark) the kernel still copies every packet
+        # but the Python side sees a counted sample, so it never slows the fan-out down.
+        body += [
+            "    ip dscp set 0 ip daddr set 255.255.255.255",
+            f'    limit rate over {INSPECT_PPS}/second counter drop comment "uninspected"',
+            "  }",
+        ]
         chains += body
     lines.append("  }")
     lines += chains

@@ -238,8 +238,11 @@ def test_3000_byte_broadcast_crosses_fragmented(topo: Net, workdir: Path, mode: 
 
 
 @pytest.mark.netns
-def test_vpn_interface_recreated_relaying_resumes_within_2s(topo: Net, workdir: Path) -> None:
-    b = bridge(topo, workdir, "rewrite")
+@pytest.mark.parametrize("mode", MODES)
+def test_vpn_interface_recreated_relaying_resumes_within_2s(
+    topo: Net, workdir: Path, mode: str
+) -> None:
+    b = bridge(topo, workdir, mode)
     player = topo.udp(topo.pa, 50002, device="eth0")
     vpn_peer = topo.udp(topo.vp, 47624)
     vpn_peer.settimeout(0.2)
