@@ -7,6 +7,8 @@ import signal
 import time
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
 from ipxbridge import __version__
 from ipxbridge.config import Config, parse_host_port, resolve_ipv4
 from ipxbridge.errors import StartupError
@@ -25,6 +27,13 @@ from ipxbridge.io.udp import IpxEndpoint, make_server_node_lookup, open_udp_sock
 from ipxbridge.io.wireguard import wireguard_peers
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.obs.http import HttpServer, Response, text
+from ipxbridge.obs.metrics import (
+    IpxSnapshot,
+    LatencyHistogram,
+    RelaySnapshot,
+    make_registry,
+)
+from ipxbridge.obs.status import render_status
 from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.reassembly import Reassembler
 from ipxbridge.policy.relay import (
@@ -37,7 +46,7 @@ from ipxbridge.policy.relay import (
 )
 from ipxbridge.policy.sessions import SessionTable, session_json
 from ipxbridge.policy.switch import IpxSwitch, SwitchSettings
-from ipxbridge.policy.topology import Topology
+from ipxbridge.policy.topology import Topology, select
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +97,11 @@ class Bridge:
         self._timer: asyncio.TimerHandle | None = None
         self._next_probe = 0.0
         self.heartbeat = 0.0
+        self.started_at = time.time()
+        self.latency = LatencyHistogram()
+        self._kernel_copies: dict[str, int] = {}
+        self._next_kernel_read = 0.0
+        self._registry = make_registry(self)
 
     async def start(self) -> None:
         """Open sockets and start serving.
@@ -137,7 +151,9 @@ class Bridge:
         switch = IpxSwitch(
             switch_settings(self.config), tuple(peers), make_server_node_lookup(sock)
         )
-        self.ipx = IpxEndpoint(loop, sock, switch, self.ipx_counters, self.inspector)
+        self.ipx = IpxEndpoint(
+            loop, sock, switch, self.ipx_counters, self.inspector, latency=self.latency
+        )
         self.ipx.start()
         peer_text = ", ".join(f"{h}:{p}" for h, p in peers) or "none"
         logger.info(
@@ -232,6 +248,11 @@ class Bridge:
                 "/api/clients": lambda _q: json_response(self.clients_json()),
                 "/-/healthy": lambda _q: self._healthy(),
                 "/-/ready": lambda _q: text(200, "ready\n"),
+                "/api/interfaces": lambda _q: json_response(self.interfaces_json()),
+                "/metrics": lambda _q: self._metrics(),
+                "/": lambda _q: Response(
+                    200, "text/html; charset=utf-8", render_status(self.status_data()).encode()
+                ),
             }
         )
         try:
@@ -256,6 +277,115 @@ class Bridge:
         now = self._loop.time()
         wall = time.time()
         return [session_json(s, now, wall) for s in self.sessions.snapshot(now)]
+
+    def _metrics(self) -> Response:
+        body = generate_latest(self._registry)
+        return Response(200, CONTENT_TYPE_LATEST, body)
+
+    def monotonic(self) -> float:
+        """The event loop's clock (the policy layer's ``now``)."""
+        return self._loop.time() if self._loop is not None else 0.0
+
+    def ipx_snapshot(self) -> IpxSnapshot:
+        """IPX membership for the metrics."""
+        if self.ipx is None:
+            return IpxSnapshot()
+        sw = self.ipx.switch
+        return IpxSnapshot(True, len(sw.clients), len(sw.peers))
+
+    def relay_snapshot(self) -> RelaySnapshot:
+        """Relay numbers for the metrics (Python copies plus the kernel's)."""
+        if self.relay is None:
+            return RelaySnapshot()
+        c = self.relay_counters
+        copies = dict(c.copies)
+        for name, n in self._kernel_copies.items():
+            copies[name] = copies.get(name, 0) + n
+        plan = self._plan or ()
+        topo = self.watcher.topology if self.watcher is not None else None
+        kinds: dict[str, str] = {}
+        down: list[str] = []
+        if topo is not None:
+            kinds = {i.name: i.kind for i in topo.interfaces}
+            used = {e.name for e in plan}
+            for sel in self._selections:
+                try:
+                    matched = select(topo, [sel.pattern])
+                except ValueError:
+                    matched = []
+                down += [i.name for i in matched if i.name not in used and i.name not in down]
+        events = dict(self.watcher.events) if self.watcher is not None else {}
+        return RelaySnapshot(
+            True,
+            c.received,
+            c.received_bytes,
+            c.relayed,
+            dict(c.dropped),
+            copies,
+            dict(c.send_errors),
+            plan,
+            tuple(down),
+            kinds,
+            events,
+        )
+
+    def interfaces_json(self) -> list[dict[str, Any]]:
+        """Relay interfaces: selected, up or down, role, targets."""
+        snap = self.relay_snapshot()
+        out: list[dict[str, Any]] = [
+            {
+                "name": e.name,
+                "up": True,
+                "role": e.role,
+                "address": e.address,
+                "broadcast": e.broadcast or None,
+                "peers": list(e.peers),
+                "mtu": e.mtu,
+                "kind": snap.kinds.get(e.name, "other"),
+                "copies": snap.copies.get(e.name, 0),
+            }
+            for e in snap.plan
+        ]
+        out += [
+            {
+                "name": n,
+                "up": False,
+                "role": None,
+                "address": None,
+                "broadcast": None,
+                "peers": [],
+                "mtu": None,
+                "kind": snap.kinds.get(n, "other"),
+                "copies": 0,
+            }
+            for n in snap.selected_down
+        ]
+        return out
+
+    def status_data(self) -> dict[str, Any]:
+        """Everything the status page shows."""
+        ipx = self.ipx_counters
+        relay = self.relay_counters
+        return {
+            "version": __version__,
+            "uptime": time.time() - self.started_at,
+            "ipx_listen": self.config.ipx.listen,
+            "clients": self.clients_json(),
+            "sessions": self.sessions_json(),
+            "interfaces": self.interfaces_json(),
+            "relay_enabled": self.relay is not None,
+            "counters": {
+                "IPX received": ipx.received,
+                "IPX forwarded": ipx.forwarded,
+                "IPX control": ipx.control,
+                "IPX dropped": ipx.dropped_total,
+                "relay received": relay.received,
+                "relay relayed": relay.relayed,
+                "relay dropped": sum(relay.dropped.values()),
+                "DirectPlay messages": sum(self.inspector.messages.values()),
+                "DirectPlay malformed": sum(self.inspector.errors.values()),
+            },
+        }
 
     def clients_json(self) -> list[dict[str, Any]]:
         """Connected IPX clients and peers."""
@@ -287,6 +417,9 @@ class Bridge:
             self.inspector.tick(now)
             if self.relay is not None:
                 self.relay.tick(now)
+                if self.fanout is not None and now >= self._next_kernel_read:
+                    self._next_kernel_read = now + 5.0
+                    self._kernel_copies = self.fanout.copies_by_egress()
                 # WireGuard peer changes (wg set) raise no netlink event: re-read them.
                 if self.watcher is not None and now >= self._next_peer_check:
                     self._next_peer_check = now + PEER_REFRESH_SECONDS

@@ -60,6 +60,7 @@ class RelayCounters:
     """Relay accounting; every received datagram is relayed or dropped with a reason."""
 
     received: int = 0
+    received_bytes: int = 0
     relayed: int = 0
     truncated: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
@@ -258,6 +259,7 @@ class BroadcastRelay:
             except OSError:
                 return
             counters.received += 1
+            counters.received_bytes += len(data)
             if flags & socket.MSG_TRUNC:
                 counters.truncated += 1
                 counters.dropped["truncated"] += 1

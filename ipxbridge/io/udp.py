@@ -16,11 +16,13 @@ import errno
 import logging
 import socket
 from collections.abc import Callable
+from time import perf_counter
 from typing import Final
 
 from ipxbridge.errors import StartupError
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.obs.logging import RateLimiter
+from ipxbridge.obs.metrics import LatencyHistogram
 from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.switch import Address, IpxSwitch, Outcome
 from ipxbridge.wire.ipx import HEADER_LEN, SOCKET_DPLAY_DISCOVERY, IpxHeader, dosbox_node
@@ -108,12 +110,16 @@ class IpxEndpoint:
         switch: IpxSwitch,
         counters: IpxCounters,
         inspector: Inspector | None = None,
+        *,
+        latency: LatencyHistogram | None = None,
     ) -> None:
         self._loop = loop
         self._sock = sock
         self.switch = switch
         self.counters = counters
         self.inspector = inspector
+        self.latency = latency or LatencyHistogram()
+        self._sample = 0
         self._timer: asyncio.TimerHandle | None = None
         self._event_log = RateLimiter(rate=2.0, burst=20)
         self._drop_log = RateLimiter(rate=5.0, burst=20)  # per-packet lines: debug only
@@ -176,6 +182,8 @@ class IpxEndpoint:
                 break
             counters.received += 1
             counters.received_bytes += len(data)
+            self._sample = (self._sample + 1) & 15
+            started = perf_counter() if self._sample == 0 else 0.0
             decision = switch.handle(data, addr, now)
             outcome = decision.outcome
             if outcome is Outcome.FORWARDED:
@@ -192,6 +200,8 @@ class IpxEndpoint:
                     logger.debug("drop %s from %s:%d", decision.reason, addr[0], addr[1])
             for reply, target in decision.replies:
                 send(reply, target)
+            if started and outcome is Outcome.FORWARDED:
+                self.latency.observe(perf_counter() - started)
             header = decision.header
             if inspector is not None and header is not None and len(data) > HEADER_LEN:
                 inspector.inspect(

@@ -1,0 +1,283 @@
+"""Prometheus exposition: a custom collector reading the bridge's plain counters at scrape time.
+
+Hot paths count in plain integers (~40 ns) instead of labelled prometheus_client counters
+(~2.7 us, house style B1); this collector turns them into metric families when /metrics is
+scraped. Metric names live only in this module. Labels come from closed sets: paths, drop
+reasons, interfaces the operator selected, DirectPlay command labels, game titles from the
+table plus ``other`` — never peer IPs, IPX nodes or session names.
+"""
+
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from ipxbridge import __version__
+from ipxbridge.obs.counters import IpxCounters
+from ipxbridge.policy.inspect import Inspector
+from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
+from ipxbridge.policy.relay import Egress
+from ipxbridge.policy.sessions import SessionTable
+from ipxbridge.policy.switch import POLICY_DROP_REASONS
+from ipxbridge.wire.errors import WIRE_REASONS
+
+IPX_DROP_REASONS: Final = frozenset(
+    r for r in (*WIRE_REASONS, *POLICY_DROP_REASONS) if not r.startswith(("dplay", "not_dplay"))
+)
+RELAY_DROP_REASONS: Final = frozenset({*RELAY_POLICY_DROPS, "truncated"})
+
+# Forwarding latency buckets: 25 us .. 10 ms (house style B1).
+BUCKETS: Final = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3)
+
+
+@dataclass(slots=True)
+class LatencyHistogram:
+    """A histogram in plain integers (sampled by the caller)."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        """Count one observation."""
+        self.counts[bisect.bisect_left(BUCKETS, seconds)] += 1
+        self.total += seconds
+
+
+class MetricsSource(Protocol):
+    """The parts of the running bridge the collector reads (app.Bridge satisfies this)."""
+
+    ipx_counters: IpxCounters
+    inspector: Inspector
+    sessions: SessionTable
+    started_at: float
+    latency: LatencyHistogram
+
+    def relay_snapshot(self) -> "RelaySnapshot": ...  # noqa: D102
+    def ipx_snapshot(self) -> "IpxSnapshot": ...  # noqa: D102
+    def monotonic(self) -> float: ...  # noqa: D102
+
+
+@dataclass(frozen=True, slots=True)
+class RelaySnapshot:
+    """Relay numbers at scrape time."""
+
+    enabled: bool = False
+    received: int = 0
+    received_bytes: int = 0
+    relayed: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    copies: dict[str, int] = field(default_factory=dict)  # Python and kernel copies by egress
+    send_errors: dict[tuple[str, str], int] = field(default_factory=dict)
+    plan: tuple[Egress, ...] = ()
+    selected_down: tuple[str, ...] = ()  # selected interfaces that exist but are down
+    kinds: dict[str, str] = field(default_factory=dict)
+    netlink_events: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class IpxSnapshot:
+    """IPX tunnel membership at scrape time."""
+
+    enabled: bool = False
+    clients: int = 0
+    peers: int = 0
+
+
+class BridgeCollector(Collector):
+    """Builds every ipxbridge metric family from the live counters."""
+
+    def __init__(self, source: MetricsSource) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the families (called by prometheus_client on each scrape)."""
+        src = self.source
+        ipx = src.ipx_counters
+        relay = src.relay_snapshot()
+        ipx_state = src.ipx_snapshot()
+
+        info = GaugeMetricFamily(
+            "ipxbridge_build_info", "Build information (always 1).", labels=["version"]
+        )
+        info.add_metric([__version__], 1)
+        yield info
+
+        received = CounterMetricFamily(
+            "ipxbridge_received_packets", "Datagrams received, by path.", labels=["path"]
+        )
+        received.add_metric(["ipx"], ipx.received)
+        received.add_metric(["relay"], relay.received)
+        yield received
+
+        forwarded = CounterMetricFamily(
+            "ipxbridge_forwarded_packets",
+            "Datagrams forwarded (IPX) or relayed (broadcast relay), by path.",
+            labels=["path"],
+        )
+        forwarded.add_metric(["ipx"], ipx.forwarded)
+        forwarded.add_metric(["relay"], relay.relayed)
+        yield forwarded
+
+        control = CounterMetricFamily(
+            "ipxbridge_control_packets",
+            "IPX datagrams handled by the bridge itself (registration, ping, keepalive reply).",
+        )
+        control.add_metric([], ipx.control)
+        yield control
+
+        dropped = CounterMetricFamily(
+            "ipxbridge_dropped_packets",
+            "Datagrams dropped, by path and reason.",
+            labels=["path", "reason"],
+        )
+        # Known reasons are always exported (0 until seen) so rate() works from the start.
+        if ipx_state.enabled:
+            for reason in sorted({*IPX_DROP_REASONS, *ipx.dropped}):
+                dropped.add_metric(["ipx", reason], ipx.dropped.get(reason, 0))
+        if relay.enabled:
+            for reason in sorted({*RELAY_DROP_REASONS, *relay.dropped}):
+                dropped.add_metric(["relay", reason], relay.dropped.get(reason, 0))
+        yield dropped
+
+        copies = CounterMetricFamily(
+            "ipxbridge_sent_copies",
+            "Copies sent, by path and egress interface.",
+            labels=["path", "interface"],
+        )
+        copies.add_metric(["ipx", "tunnel"], ipx.copies_sent)
+        for name, n in sorted(relay.copies.items()):
+            copies.add_metric(["relay", name], n)
+        yield copies
+
+        errors = CounterMetricFamily(
+            "ipxbridge_send_errors",
+            "Copies the kernel refused, by path, interface and errno.",
+            labels=["path", "interface", "errno"],
+        )
+        for name, n in sorted(ipx.send_errors.items()):
+            errors.add_metric(["ipx", "tunnel", name], n)
+        for (iface, name), n in sorted(relay.send_errors.items()):
+            errors.add_metric(["relay", iface, name], n)
+        yield errors
+
+        traffic = CounterMetricFamily(
+            "ipxbridge_bytes",
+            "UDP payload bytes, by path and direction.",
+            labels=["path", "direction"],
+        )
+        traffic.add_metric(["ipx", "rx"], ipx.received_bytes)
+        traffic.add_metric(["ipx", "tx"], ipx.bytes_sent)
+        traffic.add_metric(["relay", "rx"], relay.received_bytes)
+        yield traffic
+
+        clients = GaugeMetricFamily(
+            "ipxbridge_ipx_clients", "Connected IPX clients, by dialect.", labels=["dialect"]
+        )
+        clients.add_metric(["dosbox"], ipx_state.clients)
+        yield clients
+        peers = GaugeMetricFamily("ipxbridge_ipx_peers", "Configured RFC 1234 peers.")
+        peers.add_metric([], ipx_state.peers)
+        yield peers
+
+        messages = CounterMetricFamily(
+            "ipxbridge_directplay_messages",
+            "DirectPlay messages seen, by version and command.",
+            labels=["version", "command"],
+        )
+        for (version, command), n in sorted(src.inspector.messages.items()):
+            messages.add_metric([str(version), command], n)
+        yield messages
+        malformed = CounterMetricFamily(
+            "ipxbridge_directplay_malformed",
+            "Malformed DirectPlay payloads, by reason.",
+            labels=["reason"],
+        )
+        for reason, n in sorted(src.inspector.errors.items()):
+            malformed.add_metric([reason], n)
+        yield malformed
+
+        sessions = GaugeMetricFamily(
+            "ipxbridge_directplay_sessions", "Live DirectPlay sessions, by game.", labels=["game"]
+        )
+        players = GaugeMetricFamily(
+            "ipxbridge_directplay_players",
+            "Players in live DirectPlay sessions, by game.",
+            labels=["game"],
+        )
+        for game, (count, n) in sorted(src.sessions.players_by_game(src.monotonic()).items()):
+            sessions.add_metric([game], count)
+            players.add_metric([game], n)
+        yield sessions
+        yield players
+
+        up = GaugeMetricFamily(
+            "ipxbridge_interface_up",
+            "1 if a selected relay interface is up with an address.",
+            labels=["interface"],
+        )
+        iface_info = GaugeMetricFamily(
+            "ipxbridge_interface_info",
+            "Selected relay interfaces (always 1).",
+            labels=["interface", "kind", "role"],
+        )
+        for egress in relay.plan:
+            up.add_metric([egress.name], 1)
+            iface_info.add_metric(
+                [egress.name, relay.kinds.get(egress.name, "other"), egress.role], 1
+            )
+        for name in relay.selected_down:
+            up.add_metric([name], 0)
+        yield up
+        yield iface_info
+
+        events = CounterMetricFamily(
+            "ipxbridge_netlink_events",
+            "Link, address and route events seen, by type.",
+            labels=["type"],
+        )
+        for kind, n in sorted(relay.netlink_events.items()):
+            events.add_metric([kind], n)
+        yield events
+
+        hist = src.latency
+        buckets: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip((*BUCKETS, float("inf")), hist.counts, strict=True):
+            running += n
+            buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+        latency = HistogramMetricFamily(
+            "ipxbridge_forward_duration_seconds",
+            "Time from receipt to the last copy sent (IPX path, sampled 1 in 16).",
+            buckets=buckets,
+            sum_value=hist.total,
+        )
+        yield latency
+
+        reload_ok = GaugeMetricFamily(
+            "ipxbridge_config_last_reload_successful", "1 if the last configuration load succeeded."
+        )
+        reload_ok.add_metric([], 1)
+        yield reload_ok
+        reload_ts = GaugeMetricFamily(
+            "ipxbridge_config_last_reload_success_timestamp_seconds",
+            "When the configuration was last loaded successfully.",
+        )
+        reload_ts.add_metric([], src.started_at)
+        yield reload_ts
+
+
+def make_registry(source: MetricsSource) -> CollectorRegistry:
+    """A private registry: the bridge's metrics plus the process collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BridgeCollector(source))
+    ProcessCollector(registry=registry)
+    return registry
