@@ -4,6 +4,7 @@ page and JSON APIs show the clients and sessions."""
 
 import re
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -110,4 +111,64 @@ def test_metrics_match_traffic_and_pass_promtool(net: Netns, workdir: Path) -> N
         assert '<meta http-equiv="refresh"' in page
         assert "<script" not in page
     finally:
+        assert bridge.stop() == 0
+
+
+@pytest.mark.netns
+def test_status_page_in_headless_chromium(net: Netns, workdir: Path) -> None:
+    """A person's view: the page a browser renders shows the session and the client."""
+    require("chromium")
+    box, host = net.add("box"), net.add("host")
+    net.link(box, "lan", "10.55.0.1/24", host, "eth0", "10.55.0.20/24")
+    bridge = BridgeProcess(net, box, "--probe-interval", "1", log_dir=workdir)
+    fake = subprocess.Popen(
+        net.exec_args(
+            host,
+            "python3",
+            str(Path(__file__).with_name("fake_dplay_host.py")),
+            "--name",
+            "Chromium Cup",
+        ),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert fake.stdout is not None
+        assert fake.stdout.readline().strip() == "ready"
+        player = Client(host, ("10.55.0.1", 213))  # a DOSBox-protocol client
+        bridge.wait_for(r"client 10\.55\.0\.20:\d+ registered", 5)
+        deadline = time.monotonic() + 10
+        while "Chromium Cup" not in scrape(net, box, "/api/sessions"):
+            assert time.monotonic() < deadline, "the probe found no session"
+            time.sleep(0.5)
+        profile = workdir / "chromium-profile"
+        res = subprocess.run(
+            net.exec_args(
+                box,
+                "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                "--dump-dom",
+                "http://127.0.0.1:9213/",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+        dom = res.stdout
+        assert "Chromium Cup" in dom, res.stderr[-2000:]
+        assert "Star Trek: Armada" in dom
+        assert f"10.55.0.20:{player.sock.getsockname()[1]}" in dom
+        assert "<table" in dom
+    finally:
+        fake.kill()
+        fake.wait(5)
         assert bridge.stop() == 0
