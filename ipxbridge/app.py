@@ -247,7 +247,9 @@ class Bridge:
                 "/api/sessions": lambda _q: json_response(self.sessions_json()),
                 "/api/clients": lambda _q: json_response(self.clients_json()),
                 "/-/healthy": lambda _q: self._healthy(),
-                "/-/ready": lambda _q: text(200, "ready\n"),
+                "/-/ready": lambda _q: (
+                    text(200, "ready\n") if self.started else text(503, "starting\n")
+                ),
                 "/api/interfaces": lambda _q: json_response(self.interfaces_json()),
                 "/metrics": lambda _q: self._metrics(),
                 "/": lambda _q: Response(
