@@ -33,8 +33,8 @@ echo "==> pip install -e .[test]"
     | grep -v -e "Running pip as the 'root' user" -e "is ignored: it is neither" || true
 
 echo "==> ruff"
-"$PYTHON" -m ruff check ipxbridge tests bench
-"$PYTHON" -m ruff format --check ipxbridge tests bench
+"$PYTHON" -m ruff check ipxbridge tests bench deploy
+"$PYTHON" -m ruff format --check ipxbridge tests bench deploy
 echo "==> mypy --strict"
 "$PYTHON" -m mypy
 echo "==> pytest"

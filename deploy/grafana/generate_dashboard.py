@@ -1,0 +1,615 @@
+#!/usr/bin/env python3
+"""Generate the ipxbridge Grafana dashboard, ``deploy/grafana/ipxbridge.json``.
+
+The JSON is committed; this script is its source. Edit the panels here, then run::
+
+    python deploy/grafana/generate_dashboard.py           # rewrite ipxbridge.json
+    python deploy/grafana/generate_dashboard.py --check   # exit 1 if ipxbridge.json is stale
+
+The dashboard follows the grafana/dashboard-linter rules (checked by
+``tests/unit/test_deploy_observability.py``): a templated Prometheus data source used by
+every panel and target, ``job``/``instance`` variables matched by every query,
+``[$__rate_interval]`` in every ``rate()``, and a title, description and unit on every panel.
+Only the standard library is used, so the script runs anywhere Python 3.11 does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+Json = dict[str, object]
+
+UID: Final = "ipxbridge"
+TITLE: Final = "ipxbridge"
+SCHEMA_VERSION: Final = 39
+OUTPUT: Final = Path(__file__).resolve().with_name("ipxbridge.json")
+
+DATASOURCE: Final[Json] = {"type": "prometheus", "uid": "${datasource}"}
+SEL: Final = 'job=~"$job", instance=~"$instance"'
+RATE_INTERVAL: Final = "[$__rate_interval]"
+
+PANEL_HEIGHT: Final = 8
+STAT_HEIGHT: Final = 4
+
+GREEN: Final = "green"
+RED: Final = "red"
+
+
+def sel(metric: str) -> str:
+    """Return ``metric`` with the dashboard's job and instance matchers."""
+    return f"{metric}{{{SEL}}}"
+
+
+def rate(metric: str) -> str:
+    """Return the per-second rate of counter ``metric`` over ``$__rate_interval``."""
+    return f"rate({sel(metric)}{RATE_INTERVAL})"
+
+
+def sum_rate(by: str, metric: str) -> str:
+    """Return ``rate(metric)`` summed by the comma-separated labels ``by``."""
+    return f"sum by ({by}) ({rate(metric)})"
+
+
+def quantile(q: float) -> str:
+    """Return the ``q`` quantile of the forwarding-latency histogram per instance."""
+    buckets = sum_rate("instance, le", "ipxbridge_forward_duration_seconds_bucket")
+    return f"histogram_quantile({q}, {buckets})"
+
+
+@dataclass(frozen=True)
+class Query:
+    """One Prometheus query of a panel and the legend of its series."""
+
+    expr: str
+    legend: str
+
+    def target(self, ref_id: str) -> Json:
+        """Return the Grafana target for this query."""
+        return {
+            "datasource": dict(DATASOURCE),
+            "editorMode": "code",
+            "expr": self.expr,
+            "legendFormat": self.legend,
+            "range": True,
+            "refId": ref_id,
+        }
+
+
+@dataclass(frozen=True)
+class Panel:
+    """A timeseries or stat panel, before it is placed on the grid."""
+
+    title: str
+    description: str
+    unit: str
+    queries: tuple[Query, ...]
+    width: int
+    kind: str = "timeseries"
+    mappings: tuple[tuple[int, str, str], ...] = ()
+    threshold: float | None = None
+    overrides: tuple[Json, ...] = field(default=())
+    text_mode: str = "value_and_name"
+
+    def thresholds(self) -> Json:
+        """Return the threshold steps: green, then red from ``threshold`` on, if set."""
+        steps: list[Json] = [{"color": GREEN, "value": None}]
+        if self.threshold is not None:
+            steps.append({"color": RED, "value": self.threshold})
+        return {"mode": "absolute", "steps": steps}
+
+    def value_mappings(self) -> list[Json]:
+        """Return Grafana value mappings for ``mappings`` (value, text, colour)."""
+        if not self.mappings:
+            return []
+        options: Json = {
+            str(value): {"color": color, "index": index, "text": text}
+            for index, (value, text, color) in enumerate(self.mappings)
+        }
+        return [{"options": options, "type": "value"}]
+
+    def field_config(self) -> Json:
+        """Return the ``fieldConfig`` of the panel: unit, thresholds, mappings, style."""
+        defaults: Json = {
+            "mappings": self.value_mappings(),
+            "thresholds": self.thresholds(),
+            "unit": self.unit,
+        }
+        if self.kind == "timeseries":
+            defaults["color"] = {"mode": "palette-classic"}
+            if self.unit != "Bps":  # tx is drawn below the axis on the bytes panel
+                defaults["min"] = 0
+            defaults["custom"] = {
+                "drawStyle": "line",
+                "fillOpacity": 10,
+                "lineWidth": 1,
+                "showPoints": "never",
+                "spanNulls": False,
+                "thresholdsStyle": {"mode": "off" if self.threshold is None else "line"},
+            }
+        else:
+            defaults["color"] = {"mode": "thresholds"}
+        return {"defaults": defaults, "overrides": list(self.overrides)}
+
+    def options(self) -> Json:
+        """Return the panel-type specific ``options``."""
+        if self.kind == "stat":
+            return {
+                "colorMode": "background",
+                "graphMode": "none",
+                "justifyMode": "auto",
+                "orientation": "auto",
+                "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                "textMode": self.text_mode,
+            }
+        return {
+            "legend": {
+                "calcs": [],
+                "displayMode": "list",
+                "placement": "bottom",
+                "showLegend": True,
+            },
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        }
+
+    def render(self, panel_id: int, x: int, y: int, height: int) -> Json:
+        """Return the panel JSON with its id and grid position."""
+        return {
+            "datasource": dict(DATASOURCE),
+            "description": self.description,
+            "fieldConfig": self.field_config(),
+            "gridPos": {"h": height, "w": self.width, "x": x, "y": y},
+            "id": panel_id,
+            "options": self.options(),
+            "targets": [
+                query.target(chr(ord("A") + index)) for index, query in enumerate(self.queries)
+            ],
+            "title": self.title,
+            "type": self.kind,
+        }
+
+
+UP_DOWN: Final = ((0, "DOWN", RED), (1, "UP", GREEN))
+OK_FAILED: Final = ((0, "FAILED", RED), (1, "OK", GREEN))
+
+TX_BELOW_AXIS: Final[Json] = {
+    "matcher": {"id": "byRegexp", "options": ".* tx$"},
+    "properties": [{"id": "custom.transform", "value": "negative-Y"}],
+}
+
+STATUS_ROW: Final = (
+    Panel(
+        title="Interfaces up",
+        description=(
+            "ipxbridge_interface_up per interface, driven by netlink link events: UP when the"
+            " interface is usable for bridging, DOWN when it is not."
+        ),
+        unit="none",
+        kind="stat",
+        width=8,
+        mappings=UP_DOWN,
+        queries=(Query(sel("ipxbridge_interface_up"), "{{instance}} {{interface}}"),),
+    ),
+    Panel(
+        title="Last config reload",
+        description="Whether the last configuration reload succeeded (OK) or failed (FAILED).",
+        unit="none",
+        kind="stat",
+        width=4,
+        mappings=OK_FAILED,
+        queries=(Query(sel("ipxbridge_config_last_reload_successful"), "{{instance}}"),),
+    ),
+    Panel(
+        title="Last successful reload",
+        description="When the configuration was last loaded or reloaded successfully.",
+        unit="dateTimeFromNow",
+        kind="stat",
+        width=4,
+        queries=(
+            Query(
+                f"{sel('ipxbridge_config_last_reload_success_timestamp_seconds')} * 1000",
+                "{{instance}}",
+            ),
+        ),
+    ),
+    Panel(
+        title="Uptime",
+        description="Time since the ipxbridge process started (process_start_time_seconds).",
+        unit="s",
+        kind="stat",
+        width=4,
+        queries=(Query(f"time() - {sel('process_start_time_seconds')}", "{{instance}}"),),
+    ),
+    Panel(
+        title="Version",
+        description="ipxbridge versions running in the selected instances (ipxbridge_build_info).",
+        unit="none",
+        kind="stat",
+        width=4,
+        text_mode="name",
+        queries=(Query(f"count by (version) ({sel('ipxbridge_build_info')})", "{{version}}"),),
+    ),
+)
+
+TRAFFIC_ROWS: Final = (
+    (
+        Panel(
+            title="Traffic by path",
+            description=(
+                "Packets received and forwarded per second on each path: ipx is the IPX-over-UDP"
+                " tunnel, relay the LAN broadcast fan-out. Control counts the IPX registrations,"
+                " pings and keepalive replies the bridge handles itself."
+            ),
+            unit="pps",
+            width=12,
+            queries=(
+                Query(
+                    sum_rate("instance, path", "ipxbridge_received_packets_total"),
+                    "{{instance}} received {{path}}",
+                ),
+                Query(
+                    sum_rate("instance, path", "ipxbridge_forwarded_packets_total"),
+                    "{{instance}} forwarded {{path}}",
+                ),
+                Query(
+                    sum_rate("instance", "ipxbridge_control_packets_total"),
+                    "{{instance}} control",
+                ),
+            ),
+        ),
+        Panel(
+            title="Copies sent by interface",
+            description=(
+                "Copies of forwarded datagrams emitted per second, by path and outgoing"
+                " interface. One relayed broadcast becomes one copy per target interface; the"
+                " ipx path sends on the pseudo-interface 'tunnel'."
+            ),
+            unit="pps",
+            width=12,
+            queries=(
+                Query(
+                    sum_rate("instance, path, interface", "ipxbridge_sent_copies_total"),
+                    "{{instance}} {{path}} to {{interface}}",
+                ),
+            ),
+        ),
+    ),
+    (
+        Panel(
+            title="Bytes by path and direction",
+            description=(
+                "UDP payload bytes per second by path; rx above the axis, tx drawn below it."
+            ),
+            unit="Bps",
+            width=12,
+            overrides=(TX_BELOW_AXIS,),
+            queries=(
+                Query(
+                    sum_rate("instance, path, direction", "ipxbridge_bytes_total"),
+                    "{{instance}} {{path}} {{direction}}",
+                ),
+            ),
+        ),
+        Panel(
+            title="Forwarding latency",
+            description=(
+                "p50 and p99 of the time from receiving a datagram to the last sendto() of its"
+                " copies (sampled ipxbridge_forward_duration_seconds). The red line is the 5 ms"
+                " threshold of the IpxbridgeSlowForwarding alert."
+            ),
+            unit="s",
+            width=12,
+            threshold=0.005,
+            queries=(
+                Query(quantile(0.5), "{{instance}} p50"),
+                Query(quantile(0.99), "{{instance}} p99"),
+            ),
+        ),
+    ),
+    (
+        Panel(
+            title="Drops by reason",
+            description="Packets dropped per second, by path and drop reason.",
+            unit="pps",
+            width=12,
+            queries=(
+                Query(
+                    sum_rate("instance, path, reason", "ipxbridge_dropped_packets_total"),
+                    "{{instance}} {{path}}: {{reason}}",
+                ),
+            ),
+        ),
+        Panel(
+            title="Drop ratio",
+            description=(
+                "Dropped over received packets per path. The red line is the 5% threshold of"
+                " the IpxbridgeHighDropRatio alert (which also needs more than 1 received packet"
+                " per second)."
+            ),
+            unit="percentunit",
+            width=12,
+            threshold=0.05,
+            queries=(
+                Query(
+                    f"{sum_rate('instance, path', 'ipxbridge_dropped_packets_total')}"
+                    f" / ({sum_rate('instance, path', 'ipxbridge_received_packets_total')} > 0)",
+                    "{{instance}} {{path}}",
+                ),
+            ),
+        ),
+    ),
+    (
+        Panel(
+            title="Send errors by interface",
+            description=(
+                "Failed sends of packet copies per second, by outgoing interface and errno"
+                " (ENOBUFS: socket buffer full, ENETUNREACH/EHOSTUNREACH: routing, ...)."
+            ),
+            unit="pps",
+            width=12,
+            queries=(
+                Query(
+                    sum_rate("instance, path, interface, errno", "ipxbridge_send_errors_total"),
+                    "{{instance}} {{path}} {{interface}} {{errno}}",
+                ),
+            ),
+        ),
+        Panel(
+            title="Netlink events",
+            description=(
+                "Link and address events per second received from the kernel over netlink;"
+                " bursts mean interfaces are flapping or being reconfigured."
+            ),
+            unit="cps",
+            width=12,
+            queries=(
+                Query(
+                    sum_rate("instance, type", "ipxbridge_netlink_events_total"),
+                    "{{instance}} {{type}}",
+                ),
+            ),
+        ),
+    ),
+)
+
+GAME_ROW: Final = (
+    Panel(
+        title="IPX clients and peers",
+        description=(
+            "IPX tunnel clients connected to this bridge, by dialect, and IPX peer bridges."
+        ),
+        unit="short",
+        width=8,
+        queries=(
+            Query(
+                f"sum by (instance, dialect) ({sel('ipxbridge_ipx_clients')})",
+                "{{instance}} clients ({{dialect}})",
+            ),
+            Query(f"sum by (instance) ({sel('ipxbridge_ipx_peers')})", "{{instance}} peers"),
+        ),
+    ),
+    Panel(
+        title="DirectPlay sessions and players",
+        description=(
+            "DirectPlay sessions seen on the LAN and the players in them, per game ('other'"
+            " for titles ipxbridge does not know)."
+        ),
+        unit="short",
+        width=8,
+        queries=(
+            Query(
+                f"sum by (instance, game) ({sel('ipxbridge_directplay_sessions')})",
+                "{{instance}} {{game}} sessions",
+            ),
+            Query(
+                f"sum by (instance, game) ({sel('ipxbridge_directplay_players')})",
+                "{{instance}} {{game}} players",
+            ),
+        ),
+    ),
+    Panel(
+        title="DirectPlay messages by command",
+        description="DirectPlay messages inspected per second, by protocol version and command.",
+        unit="cps",
+        width=8,
+        queries=(
+            Query(
+                sum_rate("instance, version, command", "ipxbridge_directplay_messages_total"),
+                "{{instance}} {{version}} {{command}}",
+            ),
+        ),
+    ),
+)
+
+PROCESS_ROW: Final = (
+    Panel(
+        title="Malformed DirectPlay messages",
+        description="DirectPlay messages per second that failed to parse, by reason.",
+        unit="cps",
+        width=6,
+        queries=(
+            Query(
+                sum_rate("instance, reason", "ipxbridge_directplay_malformed_total"),
+                "{{instance}} {{reason}}",
+            ),
+        ),
+    ),
+    Panel(
+        title="Process memory (RSS)",
+        description="Resident memory of the ipxbridge process (process_resident_memory_bytes).",
+        unit="bytes",
+        width=6,
+        queries=(Query(sel("process_resident_memory_bytes"), "{{instance}}"),),
+    ),
+    Panel(
+        title="Process CPU",
+        description="CPU time used by the ipxbridge process; 100% is one full core.",
+        unit="percentunit",
+        width=6,
+        queries=(Query(rate("process_cpu_seconds_total"), "{{instance}}"),),
+    ),
+    Panel(
+        title="Open file descriptors",
+        description="File descriptors (sockets included) open in the ipxbridge process.",
+        unit="short",
+        width=6,
+        queries=(Query(sel("process_open_fds"), "{{instance}}"),),
+    ),
+)
+
+
+def layout() -> list[Json]:
+    """Place every panel on the 24-column grid, row by row, and number them."""
+    rows: list[tuple[tuple[Panel, ...], int]] = [(STATUS_ROW, STAT_HEIGHT)]
+    rows += [(row, PANEL_HEIGHT) for row in TRAFFIC_ROWS]
+    rows += [(GAME_ROW, PANEL_HEIGHT), (PROCESS_ROW, PANEL_HEIGHT)]
+    panels: list[Json] = []
+    y = 0
+    for row, height in rows:
+        x = 0
+        for panel in row:
+            panels.append(panel.render(len(panels) + 1, x, y, height))
+            x += panel.width
+        if x != 24:
+            raise ValueError(f"row at y={y} is {x} columns wide, not 24")
+        y += height
+    return panels
+
+
+def query_variable(name: str, query: str) -> Json:
+    """Return a multi-select ``label_values`` variable whose All value matches anything."""
+    return {
+        "allValue": ".+",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "datasource": dict(DATASOURCE),
+        "definition": query,
+        "hide": 0,
+        "includeAll": True,
+        "label": name.title(),
+        "multi": True,
+        "name": name,
+        "options": [],
+        "query": query,
+        "refresh": 2,
+        "regex": "",
+        "skipUrlSync": False,
+        "sort": 1,
+        "type": "query",
+    }
+
+
+def templating() -> Json:
+    """Return the data source, job and instance variables."""
+    datasource: Json = {
+        "current": {"selected": False, "text": "default", "value": "default"},
+        "hide": 0,
+        "includeAll": False,
+        "label": "Data source",
+        "multi": False,
+        "name": "datasource",
+        "options": [],
+        "query": "prometheus",
+        "refresh": 1,
+        "regex": "",
+        "skipUrlSync": False,
+        "type": "datasource",
+    }
+    return {
+        "list": [
+            datasource,
+            query_variable("job", "label_values(ipxbridge_build_info, job)"),
+            query_variable("instance", 'label_values(ipxbridge_build_info{job=~"$job"}, instance)'),
+        ]
+    }
+
+
+def restart_annotations() -> Json:
+    """Return the restart annotation: a marker wherever process_start_time_seconds changed."""
+    restarts: Json = {
+        "datasource": dict(DATASOURCE),
+        "enable": True,
+        "expr": f"changes({sel('process_start_time_seconds')}[2m]) > 0",
+        "hide": False,
+        "iconColor": "orange",
+        "name": "Restarts",
+        "step": "1m",
+        "tagKeys": "instance",
+        "textFormat": "ipxbridge on {{instance}} restarted",
+        "titleFormat": "Restart",
+        "useValueForTime": False,
+    }
+    return {"list": [restarts]}
+
+
+def dashboard() -> Json:
+    """Return the whole dashboard model."""
+    return {
+        "annotations": restart_annotations(),
+        "description": (
+            "ipxbridge: IPX-over-UDP bridge, LAN broadcast relay and DirectPlay inspection."
+            " Generated by deploy/grafana/generate_dashboard.py; do not edit the JSON."
+        ),
+        "editable": False,
+        "fiscalYearStartMonth": 0,
+        "graphTooltip": 1,
+        "id": None,
+        "links": [],
+        "liveNow": False,
+        "panels": layout(),
+        "refresh": "30s",
+        "schemaVersion": SCHEMA_VERSION,
+        "tags": ["ipxbridge", "ipx", "directplay", "network"],
+        "templating": templating(),
+        "time": {"from": "now-6h", "to": "now"},
+        "timepicker": {},
+        "timezone": "",
+        "title": TITLE,
+        "uid": UID,
+        "version": 1,
+        "weekStart": "",
+    }
+
+
+def render() -> str:
+    """Return the dashboard as the exact text committed in ipxbridge.json."""
+    return json.dumps(dashboard(), indent=2, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write ipxbridge.json, or with ``--check`` report whether it is up to date."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="do not write; exit 1 if the file differs from what would be generated",
+    )
+    parser.add_argument(
+        "--output", type=Path, default=OUTPUT, help=f"dashboard file (default: {OUTPUT})"
+    )
+    args = parser.parse_args(argv)
+    output: Path = args.output
+    wanted = render()
+    if args.check:
+        current = output.read_text(encoding="utf-8") if output.exists() else ""
+        if current == wanted:
+            return 0
+        diff = difflib.unified_diff(
+            current.splitlines(keepends=True),
+            wanted.splitlines(keepends=True),
+            fromfile=f"{output} (on disk)",
+            tofile=f"{output} (generated)",
+        )
+        sys.stderr.writelines(list(diff)[:60])
+        sys.stderr.write(f"\n{output} is stale: run {Path(__file__).name} to regenerate it\n")
+        return 1
+    output.write_text(wanted, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
