@@ -317,18 +317,25 @@ class Bridge:
                     matched = []
                 down += [i.name for i in matched if i.name not in used and i.name not in down]
         events = dict(self.watcher.events) if self.watcher is not None else {}
+        names = {i.index: i.name for i in topo.interfaces} if topo is not None else {}
+        by_iface: dict[str, int] = {}
+        for index, n in c.received_by_ifindex.items():
+            # an interface that is gone keeps its count under "other" (bounded labels)
+            name = names.get(index, "other")
+            by_iface[name] = by_iface.get(name, 0) + n
         return RelaySnapshot(
-            True,
-            c.received,
-            c.received_bytes,
-            c.relayed,
-            dict(c.dropped),
-            copies,
-            dict(c.send_errors),
-            plan,
-            tuple(down),
-            kinds,
-            events,
+            enabled=True,
+            received=c.received,
+            received_bytes=c.received_bytes,
+            relayed=c.relayed,
+            dropped=dict(c.dropped),
+            copies=copies,
+            send_errors=dict(c.send_errors),
+            plan=plan,
+            selected_down=tuple(down),
+            kinds=kinds,
+            netlink_events=events,
+            received_by_interface=by_iface,
         )
 
     def interfaces_json(self) -> list[dict[str, Any]]:

@@ -61,6 +61,7 @@ class RelayCounters:
 
     received: int = 0
     received_bytes: int = 0
+    received_by_ifindex: Counter[int] = field(default_factory=Counter)
     relayed: int = 0
     truncated: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
@@ -265,6 +266,7 @@ class BroadcastRelay:
                 counters.dropped["truncated"] += 1
                 continue
             ifindex, dst_ip, ttl, tos = parse_ancillary(anc)
+            counters.received_by_ifindex[ifindex] += 1
             src_addr: Address = (src[0], src[1])
             decision = self.policy.decide(
                 data,

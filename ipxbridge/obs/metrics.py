@@ -81,6 +81,7 @@ class RelaySnapshot:
     selected_down: tuple[str, ...] = ()  # selected interfaces that exist but are down
     kinds: dict[str, str] = field(default_factory=dict)
     netlink_events: dict[str, int] = field(default_factory=dict)
+    received_by_interface: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +113,13 @@ class BridgeCollector(Collector):
         yield info
 
         received = CounterMetricFamily(
-            "ipxbridge_received_packets", "Datagrams received, by path.", labels=["path"]
+            "ipxbridge_received_packets",
+            "Datagrams received, by path and ingress interface.",
+            labels=["path", "interface"],
         )
-        received.add_metric(["ipx"], ipx.received)
-        received.add_metric(["relay"], relay.received)
+        received.add_metric(["ipx", "tunnel"], ipx.received)
+        for name, n in sorted(relay.received_by_interface.items()):
+            received.add_metric(["relay", name], n)
         yield received
 
         forwarded = CounterMetricFamily(

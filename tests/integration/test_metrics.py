@@ -79,7 +79,10 @@ def test_metrics_match_traffic_and_pass_promtool(net: Netns, workdir: Path) -> N
             check=False,
         )
         assert check.returncode == 0, check.stdout + check.stderr
-        assert value(metrics, 'ipxbridge_received_packets_total{path="ipx"}') == 2 + 40 + 12 + 1
+        assert (
+            value(metrics, 'ipxbridge_received_packets_total{interface="tunnel",path="ipx"}')
+            == 2 + 40 + 12 + 1
+        )
         assert value(metrics, 'ipxbridge_forwarded_packets_total{path="ipx"}') == 41
         assert value(metrics, "ipxbridge_control_packets_total") == 2
         assert value(metrics, 'ipxbridge_dropped_packets_total{path="ipx",reason="truncated"}') == 7
