@@ -21,7 +21,7 @@ is one of ``DPLAY_REASONS``:
   command bits or opcode).
 """
 
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from ipxbridge.errors import IpxbridgeError
 
@@ -38,43 +38,12 @@ DPlayReason = Literal[
     "dplay_bad_value",
 ]
 
-WireReason = Literal[
-    "truncated",
-    "bad_checksum",
-    "bad_length",
-    "hop_limit",
-    "not_dplay",
-    "dplay_truncated",
-    "dplay_bad_size",
-    "dplay_bad_token",
-    "dplay_bad_sockaddr",
-    "dplay_bad_signature",
-    "dplay_bad_version",
-    "dplay_bad_offset",
-    "dplay_bad_string",
-    "dplay_bad_value",
-]
+IpxReason = Literal["truncated", "bad_checksum", "bad_length", "hop_limit"]
+WireReason = IpxReason | DPlayReason
 
-DPLAY_REASONS: Final[tuple[DPlayReason, ...]] = (
-    "not_dplay",
-    "dplay_truncated",
-    "dplay_bad_size",
-    "dplay_bad_token",
-    "dplay_bad_sockaddr",
-    "dplay_bad_signature",
-    "dplay_bad_version",
-    "dplay_bad_offset",
-    "dplay_bad_string",
-    "dplay_bad_value",
-)
+DPLAY_REASONS: Final[tuple[DPlayReason, ...]] = get_args(DPlayReason)
 
-WIRE_REASONS: Final[tuple[WireReason, ...]] = (
-    "truncated",
-    "bad_checksum",
-    "bad_length",
-    "hop_limit",
-    *DPLAY_REASONS,
-)
+WIRE_REASONS: Final[tuple[WireReason, ...]] = (*get_args(IpxReason), *DPLAY_REASONS)
 
 
 class WireError(IpxbridgeError, ValueError):
