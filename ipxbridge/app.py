@@ -5,12 +5,13 @@ import json
 import logging
 import signal
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ipxbridge import __version__
-from ipxbridge.config import Config, parse_host_port, resolve_ipv4
+from ipxbridge.config import Config, ConfigError, parse_host_port, resolve_ipv4
 from ipxbridge.errors import StartupError
 from ipxbridge.games import game_table
 from ipxbridge.io.interfaces import select_ipv4
@@ -27,6 +28,7 @@ from ipxbridge.io.udp import IpxEndpoint, make_server_node_lookup, open_udp_sock
 from ipxbridge.io.wireguard import wireguard_peers
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.obs.http import HttpServer, Response, text
+from ipxbridge.obs.logging import setup_logging
 from ipxbridge.obs.metrics import (
     IpxSnapshot,
     LatencyHistogram,
@@ -92,6 +94,8 @@ class Bridge:
         self._plan: tuple[Egress, ...] | None = None
         self._selections: tuple[Selection, ...] = ()
         self.started = False
+        self.reload_ok = True
+        self.reload_success_at = time.time()
         self._next_peer_check = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -279,6 +283,61 @@ class Bridge:
         now = self._loop.time()
         wall = time.time()
         return [session_json(s, now, wall) for s in self.sessions.snapshot(now)]
+
+    def reload(self, load: Callable[[], Config]) -> None:
+        """SIGHUP: validate the new configuration first, then swap what can change live.
+
+        IPX clients, peers that stay, sessions and the relay keep running. An invalid file
+        changes nothing: every error is logged and the old configuration stays in force.
+        """
+        errors: list[str] = []
+        try:
+            new = load()
+        except ConfigError as exc:
+            errors = exc.errors
+        except Exception:
+            self.reload_ok = False
+            logger.exception("reload failed; keeping the running configuration")
+            return
+        if errors:
+            self.reload_ok = False
+            for line in errors:
+                logger.error("reload rejected: %s", line)
+            logger.error("reload rejected: keeping the running configuration")
+            return
+        old = self.config
+        pending = restart_only_changes(old, new)
+        if pending:
+            logger.warning(
+                "reload: these settings need a restart and keep their running values: %s",
+                ", ".join(pending),
+            )
+        new = keep_restart_only(old, new)
+        self.config = new
+        setup_logging(new.logging.level, new.logging.format)
+        dp = new.directplay
+        self.sessions.expiry = dp.session_expiry
+        self.sessions.max_sessions = dp.max_sessions
+        self.sessions.games = game_table(dp.games)
+        if self.ipx is not None:
+            peers = []
+            for text_ in new.ipx.peers:
+                try:
+                    peers.append(resolve_ipv4(parse_host_port(text_)))
+                except ValueError as exc:
+                    logger.warning("reload: peer %s: %s (left out)", text_, exc)
+            self.ipx.switch.reconfigure(switch_settings(new), tuple(peers))
+        if self.relay is not None:
+            self._selections = tuple(
+                Selection(i.name, i.role, i.peers) for i in new.relay.interfaces
+            )
+            self.relay.policy.set_window(new.relay.dedup_window)
+            if self.watcher is not None:
+                self._plan = None  # log the plan again
+                self._on_topology(self.watcher.topology)
+        self.reload_ok = True
+        self.reload_success_at = time.time()
+        logger.info("configuration reloaded")
 
     def _metrics(self) -> Response:
         body = generate_latest(self._registry)
@@ -486,13 +545,65 @@ class Bridge:
         )
 
 
-async def serve(config: Config) -> int:
-    """Run the bridge until SIGTERM or SIGINT; returns the exit code."""
+# Settings that need new sockets or tasks: a reload reports them and keeps the running values.
+RESTART_ONLY: Final = (
+    ("ipx", "listen"),
+    ("http", "listen"),
+    ("relay", "ports"),
+    ("relay", "source_mode"),
+    ("relay", "fast_path"),
+)
+
+
+def restart_only_changes(old: Config, new: Config) -> list[str]:
+    """Dotted names of settings that differ and cannot change without a restart."""
+    changed = [
+        f"{section}.{key}"
+        for section, key in RESTART_ONLY
+        if getattr(getattr(old, section), key) != getattr(getattr(new, section), key)
+    ]
+    if bool(old.relay.interfaces) != bool(new.relay.interfaces):
+        changed.append("relay.interfaces (turning the relay on or off)")
+    if (old.directplay.probe_interval > 0) != (new.directplay.probe_interval > 0):
+        changed.append("directplay.probe_interval (turning probing on or off)")
+    return changed
+
+
+def keep_restart_only(old: Config, new: Config) -> Config:
+    """``new`` with the restart-only settings of ``old`` (what actually runs)."""
+    update: dict[str, Any] = {}
+    for section, key in RESTART_ONLY:
+        update.setdefault(section, {})[key] = getattr(getattr(old, section), key)
+    merged = new.model_copy(
+        update={
+            section: getattr(new, section).model_copy(update=values)
+            for section, values in update.items()
+        }
+    )
+    if bool(old.relay.interfaces) != bool(new.relay.interfaces):
+        merged = merged.model_copy(
+            update={"relay": merged.relay.model_copy(update={"interfaces": old.relay.interfaces})}
+        )
+    if (old.directplay.probe_interval > 0) != (new.directplay.probe_interval > 0):
+        merged = merged.model_copy(
+            update={
+                "directplay": merged.directplay.model_copy(
+                    update={"probe_interval": old.directplay.probe_interval}
+                )
+            }
+        )
+    return merged
+
+
+async def serve(config: Config, reload: Callable[[], Config] | None = None) -> int:
+    """Run the bridge until SIGTERM or SIGINT; SIGHUP reloads; returns the exit code."""
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     bridge = Bridge(config)
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, bridge.reload, reload)
     try:
         await bridge.start()
         await stopping.wait()

@@ -186,7 +186,7 @@ def _run(args: argparse.Namespace) -> int:
     from ipxbridge.app import serve  # noqa: PLC0415 - keep `--help` and check-config light
 
     try:
-        return asyncio.run(serve(config))
+        return asyncio.run(serve(config, lambda: load_config(args.config, flags=_flags(args))))
     except StartupError as exc:
         _report([str(exc)])
         return EXIT_USAGE

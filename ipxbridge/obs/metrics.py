@@ -59,6 +59,8 @@ class MetricsSource(Protocol):
     inspector: Inspector
     sessions: SessionTable
     started_at: float
+    reload_ok: bool
+    reload_success_at: float
     latency: LatencyHistogram
 
     def relay_snapshot(self) -> "RelaySnapshot": ...  # noqa: D102
@@ -269,13 +271,13 @@ class BridgeCollector(Collector):
         reload_ok = GaugeMetricFamily(
             "ipxbridge_config_last_reload_successful", "1 if the last configuration load succeeded."
         )
-        reload_ok.add_metric([], 1)
+        reload_ok.add_metric([], 1 if src.reload_ok else 0)
         yield reload_ok
         reload_ts = GaugeMetricFamily(
             "ipxbridge_config_last_reload_success_timestamp_seconds",
             "When the configuration was last loaded successfully.",
         )
-        reload_ts.add_metric([], src.started_at)
+        reload_ts.add_metric([], src.reload_success_at)
         yield reload_ts
 
 

@@ -25,7 +25,7 @@ Pure: ``now`` is passed in.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Final
 
@@ -191,6 +191,11 @@ class RelayPolicy:
         if not copies:
             return RelayDecision("no_destination")
         return RelayDecision(None, tuple(copies), rewritten)
+
+    def set_window(self, seconds: float) -> None:
+        """Change the loop-detection window (configuration reload)."""
+        self.settings = replace(self.settings, dedup_window=seconds)
+        self._loops.window = seconds
 
     def purge(self, now: float) -> None:
         """Forget old duplicate records."""

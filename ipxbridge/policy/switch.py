@@ -209,6 +209,27 @@ class IpxSwitch:
         self._static_nodes[peer.node] = addr
         self._rebuild_ports()
 
+    def remove_peer(self, addr: Address) -> None:
+        """Forget a static peer (configuration reload); nodes learned behind it go too."""
+        peer = self.peers.pop(addr, None)
+        if peer is None:
+            return
+        self._static_nodes.pop(peer.node, None)
+        for node, (via, _) in list(self._learned.items()):
+            if via == addr:
+                del self._learned[node]
+        self._rebuild_ports()
+
+    def reconfigure(self, settings: SwitchSettings, peers: tuple[Address, ...]) -> None:
+        """Apply new tunables and peers without touching registered clients."""
+        self.settings = settings
+        self._dedup.window = settings.dedup_window
+        for addr in [a for a in self.peers if a not in peers]:
+            self.remove_peer(addr)
+        for addr in peers:
+            if addr not in self.peers:
+                self.add_peer(addr)
+
     def _rebuild_ports(self) -> None:
         self._ports = (*self.clients, *self.peers)
         self._flood_targets.clear()
