@@ -148,3 +148,20 @@ def test_nothing_to_run() -> None:
     res = run_cli("run", "--ipx-listen", "off")
     assert res.returncode == 2
     assert "nothing to run" in res.stderr
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "deploy" / "examples").glob("*.yaml"))
+
+
+def test_examples_exist() -> None:
+    assert {p.name for p in EXAMPLES} >= {
+        "lan-party.yaml",
+        "wireguard-site.yaml",
+        "site-to-site.yaml",
+    }
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_passes_check_config(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check-config", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == f"{path}: OK"
