@@ -1,18 +1,70 @@
 # syntax=docker/dockerfile:1
-# ipxbridge appliance image. Run with host networking:
-#   docker run --network host --cap-drop ALL --cap-add NET_BIND_SERVICE ipxbridge
-# (The hardened non-root entrypoint and HEALTHCHECK arrive with the deployment work.)
+# ipxbridge appliance image: host networking, started as root only long enough for the
+# entrypoint to check capabilities and step down to uid 10001 (setpriv, ambient caps).
+#
+#   docker build -t ipxbridge .
+#   docker run -d --name ipxbridge --network host \
+#     --cap-drop ALL --cap-add NET_BIND_SERVICE --cap-add NET_RAW \
+#     --cap-add SETUID --cap-add SETGID \
+#     --security-opt no-new-privileges:true --read-only --tmpfs /tmp \
+#     -v /etc/ipxbridge/config.yaml:/etc/ipxbridge/config.yaml:ro ipxbridge
+#
+# (deploy/docker-compose.yml does the same; deploy/docker/entrypoint.sh says why each
+# capability is needed. Add --cap-add NET_ADMIN for the nftables kernel fast path.)
+#
+# Base image: the tag is pinned. It is not pinned by digest because the digest could not
+# be looked up where this file was written (no registry access). Pin it with
+# `FROM python:3.12-slim-bookworm@sha256:...` when you build for a release. Use the same
+# base in both stages: the venv's python symlink points at /usr/local/bin/python3.12.
+# Use glibc (Debian), not Alpine: musllinux wheels of netifaces-plus lag behind.
 
 FROM python:3.12-slim-bookworm AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+# Every dependency ships manylinux wheels, so no compiler is needed here. An sdist-only
+# dependency would need build-essential in this stage only.
 RUN python -m venv /opt/ipxbridge
 COPY pyproject.toml README.md /src/
 COPY ipxbridge /src/ipxbridge
-RUN /opt/ipxbridge/bin/pip install /src
+RUN /opt/ipxbridge/bin/pip install /src \
+    && mkdir -p /rootfs/etc/ipxbridge \
+    && /opt/ipxbridge/bin/ipxbridge print-default-config > /rootfs/etc/ipxbridge/config.yaml \
+    && /opt/ipxbridge/bin/ipxbridge check-config /rootfs/etc/ipxbridge/config.yaml
 
 FROM python:3.12-slim-bookworm
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/ipxbridge/bin:$PATH
+LABEL org.opencontainers.image.title="ipxbridge" \
+      org.opencontainers.image.description="IPX-over-UDP bridge, DirectPlay game list and LAN broadcast relay (host networking)" \
+      org.opencontainers.image.licenses="MIT"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PATH=/opt/ipxbridge/bin:$PATH
+# nftables is only for the optional kernel fast path (needs --cap-add NET_ADMIN too).
+# Build with --build-arg WITH_NFTABLES=0 to leave it out. setpriv comes from util-linux,
+# which is Essential in Debian 12 and so already in the base. The version pin keeps the
+# upstream release and takes Debian's security revisions (hadolint DL3008).
+ARG WITH_NFTABLES=1
+RUN if [ "$WITH_NFTABLES" = 1 ]; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends 'nftables=1.0.6-*' \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && groupadd --system --gid 10001 ipxbridge \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin ipxbridge
 COPY --from=build /opt/ipxbridge /opt/ipxbridge
-EXPOSE 213/udp
-ENTRYPOINT ["ipxbridge"]
-CMD ["run"]
+COPY --from=build /rootfs/etc/ipxbridge/config.yaml /etc/ipxbridge/config.yaml
+COPY --chmod=0755 deploy/docker/entrypoint.sh /usr/local/bin/ipxbridge-entrypoint
+COPY --chmod=0644 deploy/docker/healthcheck.py /usr/local/lib/ipxbridge/healthcheck.py
+# Documentation only: with --network host these are the host's ports and -p is ignored.
+# 213/udp: IPX tunnel; 9213/tcp: HTTP API, metrics and health (127.0.0.1 by default);
+# 47624/udp and 6073/udp: the DirectPlay 4/8 discovery broadcasts the relay fans out.
+EXPOSE 213/udp 9213/tcp 47624/udp 6073/udp
+# There is no USER line: the entrypoint must start as root so it can check capabilities,
+# then it switches to 10001 (ipxbridge) with setpriv. Started with --user, it just execs.
+HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \
+    CMD ["/opt/ipxbridge/bin/python", "-I", "/usr/local/lib/ipxbridge/healthcheck.py"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/ipxbridge-entrypoint"]
+CMD ["run", "--config", "/etc/ipxbridge/config.yaml"]

@@ -8,8 +8,12 @@ cd "$(dirname "$0")/.."
 # System tools the integration tier drives: real DOSBox clients, iproute2 for namespaces,
 # setpriv (util-linux) for capability tests, tshark as an independent decoder, wireguard-go
 # for a real userspace VPN, nftables for the relay fast path, promtool (prometheus), and
-# headless chromium to look at the status page as a person would.
-APT_PACKAGES=(dosbox iproute2 util-linux tshark tcpdump wireguard-go wireguard-tools nftables prometheus chromium)
+# headless chromium to look at the status page as a person would; docker-compose, shellcheck
+# and systemd-analyze to check the deployment files (there is no Docker engine to build with).
+APT_PACKAGES=(
+    dosbox iproute2 util-linux tshark tcpdump wireguard-go wireguard-tools nftables
+    prometheus chromium docker-compose shellcheck systemd
+)
 PYTHON=${PYTHON:-python3}
 
 missing=()

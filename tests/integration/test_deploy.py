@@ -1,0 +1,539 @@
+"""The container entrypoint (deploy/docker/entrypoint.sh), run the way Docker would run it.
+
+There is no Docker engine here, so these tests recreate what
+``docker run --network host --cap-drop ALL --cap-add ... --security-opt
+no-new-privileges:true`` gives the entrypoint. It starts as root in a network namespace,
+with a bounding set of only the capabilities added, no inheritable capabilities and
+no_new_privs set (``setpriv --bounding-set=-all,+... --inh-caps=-all --no-new-privs``).
+The tests then check what the entrypoint does:
+
+* With the compose file's capabilities, the real bridge runs as uid 10001 with only
+  NET_BIND_SERVICE and NET_RAW (ambient and effective). It binds UDP 213, answers a
+  DOSBox registration, relays a broadcast in preserve mode (raw sockets) and answers the
+  image's HEALTHCHECK script.
+* With a capability missing, it refuses with one line naming the ``--cap-add`` to add and
+  exits 2. It works out what the configuration needs from flags, environment and the file.
+  These decision tests run a stub in place of ipxbridge that prints its identity.
+
+uid 10001 and the interpreter. The Python that runs the tests may live where uid 10001
+cannot reach it. On the development machines it is pyenv under /root, which is mode
+0700. In that case every command runs in a private mount namespace (``unshare --mount``).
+There, the directory that blocks access is covered by a world-traversable tmpfs that holds
+a bind mount of just the interpreter's tree. Paths stay identical (the RPATH of the
+interpreter keeps working) and nothing changes on the host. In the image the venv is in
+/opt/ipxbridge, so this is a test-bed detail.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import require
+from tests.integration.harness import ROOT, BridgeProcess, Client, Netns, inside, sh
+
+ENTRYPOINT = ROOT / "deploy" / "docker" / "entrypoint.sh"
+HEALTHCHECK = ROOT / "deploy" / "docker" / "healthcheck.py"
+RUN_UID = 10001
+
+CAP_SETGID, CAP_SETUID, CAP_SETPCAP = 6, 7, 8
+CAP_NET_BIND_SERVICE, CAP_NET_ADMIN, CAP_NET_RAW = 10, 12, 13
+# What deploy/docker-compose.yml adds after cap_drop: [ALL].
+COMPOSE_CAPS = ("net_bind_service", "net_raw", "setuid", "setgid")
+
+OVERLAY_SCRIPT = """set -e
+mount --bind "$IXB_OVL_DIR/$IXB_OVL_CHILD" "$IXB_OVL_STASH"
+mount -t tmpfs -o mode=0755,size=1m ixb-overlay "$IXB_OVL_DIR"
+mkdir "$IXB_OVL_DIR/$IXB_OVL_CHILD"
+mount --bind "$IXB_OVL_STASH" "$IXB_OVL_DIR/$IXB_OVL_CHILD"
+exec "$@"
+"""
+
+STUB = """#!/bin/sh
+# stands in for ipxbridge: who am I, with which capabilities, called how
+echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
+grep -E '^(CapEff|CapPrm|CapAmb|CapBnd|NoNewPrivs):' /proc/$$/status
+echo "args=$*"
+"""
+
+
+def mask(*bits: int) -> int:
+    out = 0
+    for bit in bits:
+        out |= 1 << bit
+    return out
+
+
+def status_fields(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def uid_reaches_python(prefix: list[str], env: dict[str, str]) -> bool:
+    """Can uid 10001 start this interpreter and import ipxbridge (inside ``prefix``)?"""
+    probe = [
+        *prefix,
+        "setpriv",
+        f"--reuid={RUN_UID}",
+        f"--regid={RUN_UID}",
+        "--clear-groups",
+        "--",
+        sys.executable,
+        "-c",
+        "import ipxbridge, pydantic, pyroute2, yaml",
+    ]
+    res = subprocess.run(
+        probe, capture_output=True, timeout=30, check=False, cwd="/", env={**os.environ, **env}
+    )
+    return res.returncode == 0
+
+
+@dataclass
+class Launcher:
+    """Builds the command lines; owns a world-readable scratch directory."""
+
+    scratch: Path
+    overlay: list[str] = field(default_factory=list)
+    overlay_env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls) -> "Launcher":
+        scratch = Path(tempfile.mkdtemp(prefix="ixb-deploy-"))
+        scratch.chmod(0o755)  # uid 10001 runs the scripts placed here
+        launcher = cls(scratch)
+        try:
+            if not uid_reaches_python([], {}):
+                launcher.cover_blocking_directory()
+        except BaseException:
+            launcher.close()
+            raise
+        (scratch / "ipxbridge").write_text(f'#!/bin/sh\nexec {sys.executable} -m ipxbridge "$@"\n')
+        (scratch / "stub").write_text(STUB)
+        for name in ("ipxbridge", "stub"):
+            (scratch / name).chmod(0o755)
+        return launcher
+
+    def cover_blocking_directory(self) -> None:
+        target = Path(os.path.realpath(sys.prefix))
+        blocked = next(
+            (p for p in [*reversed(target.parents), target] if not p.stat().st_mode & stat.S_IXOTH),
+            None,
+        )
+        if blocked is None or blocked == target:
+            pytest.fail(f"uid {RUN_UID} cannot run {sys.executable} and no overlay would help")
+        child = target.relative_to(blocked).parts[0]
+        stash = self.scratch / "stash"
+        stash.mkdir()
+        script = self.scratch / "overlay.sh"
+        script.write_text(OVERLAY_SCRIPT)
+        self.overlay = ["unshare", "--mount", "--propagation", "private", "--", "sh", str(script)]
+        self.overlay_env = {
+            "IXB_OVL_DIR": str(blocked),
+            "IXB_OVL_CHILD": child,
+            "IXB_OVL_STASH": str(stash),
+        }
+        if not uid_reaches_python(self.overlay, self.overlay_env):
+            pytest.fail(f"uid {RUN_UID} cannot run {sys.executable} even with {blocked} covered")
+
+    def argv(
+        self,
+        ns: str,
+        caps: tuple[str, ...],
+        args: tuple[str, ...],
+        *,
+        as_uid: int | None = None,
+    ) -> list[str]:
+        """The entrypoint in ``ns`` as Docker starts it: root, only ``caps``, NNP."""
+        bounding = ",".join(["-all", *(f"+{c}" for c in caps)])
+        user = [f"--reuid={as_uid}", f"--regid={as_uid}", "--clear-groups"] if as_uid else []
+        return [
+            *self.overlay,
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "setpriv",
+            f"--bounding-set={bounding}",
+            "--inh-caps=-all",
+            "--no-new-privs",
+            *user,
+            "--",
+            str(ENTRYPOINT),
+            *args,
+        ]
+
+    def env(self, exec_name: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("IPXBRIDGE_") and not k.startswith("IXB_")
+        }
+        return {
+            **base,
+            **self.overlay_env,
+            "IPXBRIDGE_EXEC": str(self.scratch / exec_name),
+            **(extra or {}),
+        }
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def launcher() -> Iterator[Launcher]:
+    require("ip", "setpriv", "unshare")
+    lau = Launcher.create()
+    try:
+        yield lau
+    finally:
+        lau.close()
+
+
+# --- the real bridge through the entrypoint ----------------------------------------------
+
+
+class EntrypointBridge(BridgeProcess):
+    """The bridge started through the entrypoint (BridgeProcess runs ``python -m``)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_dir: Path, ready: str) -> None:
+        self.log_path = log_dir / "entrypoint-bridge.log"
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            argv, stdout=self._log, stderr=subprocess.STDOUT, cwd="/", env=env
+        )
+        self.wait_for(ready, 15)
+
+
+@pytest.mark.netns
+def test_bridge_runs_as_10001_with_only_its_capabilities_and_relays(
+    net: Netns, launcher: Launcher, workdir: Path
+) -> None:
+    pa, box, hb = net.add("pa"), net.add("box"), net.add("hb")
+    net.link(pa, "eth0", "10.71.1.10/24", box, "lanA", "10.71.1.1/24")
+    net.link(box, "lanB", "10.71.2.1/24", hb, "eth0", "10.71.2.20/24")
+    sh("ip", "-n", pa, "route", "add", "default", "via", "10.71.1.1")
+    sh("ip", "-n", hb, "route", "add", "default", "via", "10.71.2.1")
+    sh("ip", "netns", "exec", box, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    args = ("run", "--iface", "lanA", "--iface", "lanB", "--source-mode", "preserve")
+    bridge = EntrypointBridge(
+        launcher.argv(box, COMPOSE_CAPS, (*args, "--fast-path", "off")),
+        launcher.env("ipxbridge"),
+        workdir,
+        ready=r"(?s)IPX tunnel on udp 0\.0\.0\.0:213.*relaying between: .*lanA.*lanB",
+    )
+    try:
+        # every exec along the way kept the pid: this is the bridge itself
+        st = status_fields(Path(f"/proc/{bridge.proc.pid}/status").read_text())
+        assert st["Name"].startswith("python"), st["Name"]
+        assert st["Uid"].split() == [str(RUN_UID)] * 4
+        assert st["Gid"].split() == [str(RUN_UID)] * 4
+        assert st["Groups"] == ""
+        assert st["NoNewPrivs"] == "1"
+        wanted = mask(CAP_NET_BIND_SERVICE, CAP_NET_RAW)
+        for key in ("CapEff", "CapPrm", "CapAmb"):
+            assert int(st[key], 16) == wanted, (key, st[key])
+        # without CAP_SETPCAP the bounding set cannot shrink; no_new_privs keeps it moot
+        assert int(st["CapBnd"], 16) & ~mask(CAP_SETUID, CAP_SETGID) == wanted
+
+        # UDP 213 (NET_BIND_SERVICE): a DOSBox-protocol registration gets its reply
+        client = Client(pa, ("10.71.1.1", 213))
+        assert client.node == socket.inet_aton("10.71.1.10") + client.sock.getsockname()[
+            1
+        ].to_bytes(2, "big")
+        client.sock.close()
+
+        # preserve mode (NET_RAW): the broadcast crosses with the player's own source
+        with inside(pa):
+            player = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with inside(hb):
+            host = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with player, host:
+            player.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            player.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"eth0")
+            player.bind(("0.0.0.0", 50100))
+            host.bind(("0.0.0.0", 47624))
+            host.settimeout(3)
+            player.sendto(b"deploy test broadcast", ("255.255.255.255", 47624))
+            data, src = host.recvfrom(2048)
+        assert data == b"deploy test broadcast"
+        assert src == ("10.71.1.10", 50100)
+
+        # the image's HEALTHCHECK script against the bridge's default HTTP listener
+        health = subprocess.run(
+            ["ip", "netns", "exec", box, sys.executable, "-I", str(HEALTHCHECK)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        assert health.returncode == 0, health.stderr
+    finally:
+        code = bridge.stop()
+    # SIGTERM reached the bridge itself (it is the exec'd process) and it stopped cleanly
+    assert code == 0, bridge.log()
+    summary = bridge.summary()
+    assert summary["received"] >= 1
+    assert summary["control"] >= 1
+    assert "Traceback" not in bridge.log()
+
+
+@pytest.mark.netns
+def test_sigterm_stops_the_bridge_cleanly_as_pid_1(
+    net: Netns, launcher: Launcher, workdir: Path
+) -> None:
+    """In a container the exec'd bridge is PID 1, which gets no default SIGTERM action."""
+    box = net.add("pid1")
+    argv = ["unshare", "--pid", "--fork", "--", *launcher.argv(box, COMPOSE_CAPS, ("run",))]
+    bridge = EntrypointBridge(argv, launcher.env("ipxbridge"), workdir, ready=r"HTTP API on")
+    try:
+        (pid,) = sh("ip", "netns", "pids", box).stdout.split()
+        st = status_fields(Path(f"/proc/{pid}/status").read_text())
+        assert st["NSpid"].split()[-1] == "1"  # the bridge itself is PID 1 in its namespace
+        assert st["Uid"].split()[0] == str(RUN_UID)
+        started = time.monotonic()
+        os.kill(int(pid), signal.SIGTERM)
+        assert bridge.proc.wait(10) == 0, bridge.log()
+        assert time.monotonic() - started < 5
+    finally:
+        bridge.stop()
+    assert "stopped; IPX:" in bridge.log()
+
+
+# --- what the entrypoint decides ---------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def status(self) -> dict[str, str]:
+        return status_fields(self.out)
+
+    @property
+    def uid(self) -> str:
+        return self.out.split()[0]
+
+    def cap(self, key: str) -> int:
+        return int(self.status[key], 16)
+
+
+def entry(
+    launcher: Launcher,
+    ns: str,
+    caps: tuple[str, ...],
+    *args: str,
+    env: dict[str, str] | None = None,
+    as_uid: int | None = None,
+) -> Outcome:
+    res = subprocess.run(
+        launcher.argv(ns, caps, args, as_uid=as_uid),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd="/",
+        env=launcher.env("stub", env),
+    )
+    return Outcome(res.returncode, res.stdout, res.stderr)
+
+
+@pytest.fixture
+def ns(net: Netns) -> str:
+    """A fresh namespace: ip_unprivileged_port_start is 1024 there, whatever the host says."""
+    return net.add("ep")
+
+
+def refused(outcome: Outcome, *flags: str) -> str:
+    assert outcome.code == 2, outcome
+    assert outcome.out == "", "ipxbridge must not have been started"
+    lines = outcome.err.splitlines()
+    assert len(lines) == 1, outcome.err
+    line = lines[0]
+    assert line.startswith("ipxbridge-entrypoint: missing capabilities: ")
+    assert line.endswith(" to docker run (compose: cap_add)")
+    assert line.count("--cap-add") == len(flags), line
+    for flag in flags:
+        assert f"--cap-add {flag}" in line
+    return line
+
+
+@pytest.mark.netns
+def test_refuses_without_net_bind_service_naming_the_cap_add(launcher: Launcher, ns: str) -> None:
+    line = refused(entry(launcher, ns, ("net_raw", "setuid", "setgid"), "run"), "NET_BIND_SERVICE")
+    assert "IPX port 213 < 1024" in line
+
+
+@pytest.mark.netns
+def test_refuses_without_setuid_and_setgid(launcher: Launcher, ns: str) -> None:
+    line = refused(entry(launcher, ns, ("net_bind_service", "net_raw"), "run"), "SETUID", "SETGID")
+    assert "to switch to uid 10001" in line
+
+
+@pytest.mark.netns
+def test_refuses_all_missing_at_once(launcher: Launcher, ns: str) -> None:
+    refused(
+        entry(launcher, ns, (), "run", "--source-mode", "preserve", "--fast-path=on"),
+        "SETUID",
+        "SETGID",
+        "NET_BIND_SERVICE",
+        "NET_RAW",
+        "NET_ADMIN",
+    )
+
+
+@pytest.mark.netns
+def test_preserve_needs_net_raw_and_fast_path_on_needs_net_admin(
+    launcher: Launcher, ns: str
+) -> None:
+    base = ("net_bind_service", "setuid", "setgid")
+    refused(entry(launcher, ns, base, "run", "--source-mode", "preserve"), "NET_RAW")
+    refused(entry(launcher, ns, (*base, "net_raw"), "run", "--fast-path", "on"), "NET_ADMIN")
+    # the same decisions from the environment and from the config file
+    env = {"IPXBRIDGE_RELAY__SOURCE_MODE": "preserve"}
+    refused(entry(launcher, ns, base, "run", env=env), "NET_RAW")
+    cfg = launcher.scratch / "preserve.yaml"
+    cfg.write_text("relay:\n  interfaces: []\n  source_mode: 'preserve'   # raw copies\n")
+    cfg.chmod(0o644)
+    refused(entry(launcher, ns, base, "run", "--config", str(cfg)), "NET_RAW")
+
+
+@pytest.mark.netns
+def test_steps_down_keeping_only_the_network_capabilities(launcher: Launcher, ns: str) -> None:
+    got = entry(launcher, ns, COMPOSE_CAPS, "run", "--config", "/nonexistent.yaml")
+    assert got.code == 0, got
+    assert got.out.splitlines()[0] == f"uid={RUN_UID} gid={RUN_UID} groups={RUN_UID}"
+    assert got.out.splitlines()[-1] == "args=run --config /nonexistent.yaml"
+    wanted = mask(CAP_NET_BIND_SERVICE, CAP_NET_RAW)
+    assert got.cap("CapEff") == got.cap("CapPrm") == got.cap("CapAmb") == wanted
+    assert got.status["NoNewPrivs"] == "1"
+    assert got.err == ""
+
+
+@pytest.mark.netns
+def test_optional_capabilities_follow_the_mode(launcher: Launcher, ns: str) -> None:
+    with_admin = (*COMPOSE_CAPS, "net_admin")
+    auto = entry(launcher, ns, with_admin, "run")
+    assert auto.cap("CapAmb") == mask(CAP_NET_BIND_SERVICE, CAP_NET_RAW, CAP_NET_ADMIN)
+    no_fast = entry(launcher, ns, with_admin, "run", "--fast-path", "off")
+    assert no_fast.cap("CapAmb") == mask(CAP_NET_BIND_SERVICE, CAP_NET_RAW)
+    rewrite = entry(launcher, ns, with_admin, "run", "--source-mode=rewrite")
+    assert rewrite.cap("CapAmb") == mask(CAP_NET_BIND_SERVICE)
+    # NET_RAW is optional in auto mode: without it the bridge falls back to rewrite
+    bare = entry(launcher, ns, ("net_bind_service", "setuid", "setgid"), "run")
+    assert bare.code == 0, bare
+    assert bare.cap("CapAmb") == mask(CAP_NET_BIND_SERVICE)
+
+
+@pytest.mark.netns
+def test_unprivileged_ports_need_no_net_bind_service(launcher: Launcher, ns: str) -> None:
+    only_setid = ("setuid", "setgid")
+    flags = entry(
+        launcher, ns, only_setid, "run", "--ipx-listen", "0.0.0.0:2130", "--metrics-listen=off"
+    )
+    assert flags.code == 0, flags
+    assert flags.uid == f"uid={RUN_UID}"
+    assert flags.cap("CapAmb") == 0
+    env = {"IPXBRIDGE_IPX__LISTEN": '"0.0.0.0:2130"', "IPXBRIDGE_HTTP__LISTEN": "off"}
+    assert entry(launcher, ns, only_setid, "run", env=env).code == 0
+    cfg = launcher.scratch / "high-port.yaml"
+    cfg.write_text(
+        "# a LAN party on an unprivileged port\nipx:\n"
+        '  listen: "0.0.0.0:2130"   # not 213\n  peers: []\nhttp:\n  listen: off\n'
+    )
+    cfg.chmod(0o644)
+    assert entry(launcher, ns, only_setid, "run", "--config", str(cfg)).code == 0
+    # precedence as in ipxbridge: file < environment < flags
+    low = {"IPXBRIDGE_IPX__LISTEN": "0.0.0.0:213"}
+    refused(
+        entry(launcher, ns, only_setid, "run", "--config", str(cfg), env=low), "NET_BIND_SERVICE"
+    )
+    refused(
+        entry(launcher, ns, only_setid, "run", "--ipx-listen", "0.0.0.0:213", env=env),
+        "NET_BIND_SERVICE",
+    )
+    # the HTTP API below 1024 needs it as well; an IPX tunnel turned off does not
+    line = refused(
+        entry(
+            launcher, ns, only_setid, "run", "--ipx-listen", "off", "--metrics-listen", "0.0.0.0:80"
+        ),
+        "NET_BIND_SERVICE",
+    )
+    assert "HTTP port 80 < 1024" in line
+
+
+@pytest.mark.netns
+def test_config_unreadable_by_10001_is_reported(launcher: Launcher, ns: str) -> None:
+    cfg = launcher.scratch / "secret.yaml"
+    cfg.write_text("ipx:\n  listen: 0.0.0.0:213\n")
+    cfg.chmod(0o600)
+    got = entry(launcher, ns, COMPOSE_CAPS, "run", "--config", str(cfg))
+    assert got.code == 2
+    assert got.out == ""
+    assert got.err.strip() == (
+        f"ipxbridge-entrypoint: config {cfg} is not readable by uid {RUN_UID}: "
+        f"make it world-readable (chmod 644) or chown {RUN_UID}"
+    )
+
+
+@pytest.mark.netns
+def test_bounding_set_shrinks_when_setpcap_is_available(launcher: Launcher, ns: str) -> None:
+    got = entry(launcher, ns, (*COMPOSE_CAPS, "setpcap"), "run")
+    assert got.code == 0, got
+    wanted = mask(CAP_NET_BIND_SERVICE, CAP_NET_RAW)
+    assert got.cap("CapBnd") == got.cap("CapAmb") == wanted
+
+
+@pytest.mark.netns
+def test_other_commands_pass_through_without_checks(launcher: Launcher, ns: str) -> None:
+    got = entry(launcher, ns, (), "check-config", "/etc/ipxbridge/config.yaml")
+    assert got.code == 0, got
+    assert got.uid == "uid=0"  # as started: no capability checks, no step-down
+    assert got.out.splitlines()[-1] == "args=check-config /etc/ipxbridge/config.yaml"
+    assert entry(launcher, ns, (), "--version").out.splitlines()[-1] == "args=--version"
+
+
+@pytest.mark.netns
+def test_started_non_root_it_just_execs(launcher: Launcher, ns: str) -> None:
+    got = entry(launcher, ns, (), "run", as_uid=RUN_UID)  # docker run --user 10001
+    assert got.code == 0, got
+    assert got.uid == f"uid={RUN_UID}"
+    assert got.cap("CapEff") == 0
+    assert got.out.splitlines()[-1] == "args=run"
+
+
+@pytest.mark.netns
+def test_real_bridge_refusal_leaves_nothing_running(net: Netns, launcher: Launcher) -> None:
+    """End to end: without NET_BIND_SERVICE, the exit is the entrypoint's, not a traceback."""
+    box = net.add("ref")
+    res = subprocess.run(
+        launcher.argv(box, ("net_raw", "setuid", "setgid"), ("run",)),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd="/",
+        env=launcher.env("ipxbridge"),
+    )
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1
+    # the entrypoint's own line, before setpriv or the bridge could fail less clearly
+    assert res.stderr.startswith("ipxbridge-entrypoint: missing capabilities: NET_BIND_SERVICE")
+    assert "--cap-add NET_BIND_SERVICE" in res.stderr
+    assert sh("ip", "netns", "pids", box).stdout.strip() == ""
