@@ -62,11 +62,6 @@ def ruleset(
         f"table ip {TABLE} {{",
         "  chain fanout {",
         "    type filter hook prerouting priority -300; policy accept;",
-        # A conntrack expression makes the kernel defragment before this chain (defrag hooks
-        # at -400): a fragmented broadcast is then copied whole, not just its first fragment.
-        # Our relay traffic itself is not tracked (no per-flow state for broadcasts).
-        f"    udp dport {port_set} notrack",
-        "    ct state untracked counter",
         # Marked copies (the kernel loops ours back; other bridges' arrive too) are never
         # fanned out again and the Python side would only count and drop them: drop them
         # here, counted, and spare the socket (it doubled the receive work at saturation).
@@ -84,10 +79,13 @@ def ruleset(
         if not copies:
             continue
         what = "meta pkttype broadcast" if ing.role == "lan" else f"ip daddr {ing.address}"
-        lines.append(
-            f'    iifname "{ing.name}" {what} udp dport {port_set} '
-            f"ip dscp != {mark:#x} ip ttl > 1 counter jump in_{n}"
-        )
+        guard = f"ip dscp != {mark:#x} ip ttl > 1 counter jump in_{n}"
+        lines.append(f'    iifname "{ing.name}" {what} udp dport {port_set} {guard}')
+        # Later fragments of a big broadcast carry no UDP header to match on; copy them too
+        # (the first fragment matched above), so a 3000-byte datagram arrives whole. This
+        # avoids defragmenting (conntrack) on the fast path, whose cost lands on the CPU that
+        # receives the original.
+        lines.append(f'    iifname "{ing.name}" {what} ip frag-off & 0x1fff != 0 {guard}')
         body = [f"  chain in_{n} {{", f"    ip dscp set {mark:#x}"]
         for out, target in copies:
             rules.append(FanoutRule(ing.name, out.name, target))
