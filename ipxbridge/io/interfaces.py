@@ -20,7 +20,6 @@ Nothing here raises for a missing or vanished interface; it is simply not listed
 """
 
 import contextlib
-import fnmatch
 import ipaddress
 import socket
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from ipxbridge.policy.topology import (
     Interface,
     InterfaceAddress,
     Topology,
+    select,
 )
 
 
@@ -125,26 +125,14 @@ def list_ipv4() -> list[Ipv4Interface]:
 
 
 def select_ipv4(patterns: list[str] | tuple[str, ...]) -> list[Ipv4Interface]:
-    """Addresses whose interface matches a name, a glob (``wg*``) or a CIDR; all if empty.
+    """Addresses of the interfaces matching a name, a glob (``wg*``) or a CIDR; all if empty.
 
-    A CIDR selects the addresses inside it (not every address of that interface).
+    Matching is ``policy.topology.select`` (one rule set for the relay and the prober); an
+    invalid CIDR selects nothing here rather than raising, as a probe target list should.
     """
-    found = list_ipv4()
-    if not patterns:
-        return found
-    chosen: list[Ipv4Interface] = []
-    for iface in found:
-        for pattern in patterns:
-            if "/" in pattern:
-                try:
-                    hit = ipaddress.IPv4Address(iface.address) in ipaddress.IPv4Network(
-                        pattern, strict=False
-                    )
-                except ValueError:
-                    hit = False
-            else:
-                hit = fnmatch.fnmatchcase(iface.name, pattern)
-            if hit:
-                chosen.append(iface)
-                break
-    return chosen
+    topology = read_topology_netifaces()
+    try:
+        chosen = select(topology, list(patterns))
+    except ValueError:
+        return []
+    return ipv4_from_topology(Topology(tuple(chosen)))
