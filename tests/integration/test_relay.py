@@ -23,7 +23,6 @@ import pytest
 from ipxbridge.wire.directplay import (
     DP4Message,
     DP8EnumQuery,
-    DP8EnumResponse,
     EnumSessions,
     EnumSessionsReply,
     SessionDesc,
@@ -34,6 +33,7 @@ from ipxbridge.wire.directplay import (
     build_enum_sessions_reply,
     parse_dplay,
 )
+from tests.factories import dp8_response
 from tests.integration import wg
 from tests.integration.conftest import require
 from tests.integration.harness import BridgeProcess, Netns, inside, sh
@@ -187,19 +187,7 @@ def test_dp8_query_and_reply_from_the_game_port_cross(topo: Net, workdir: Path, 
         query = parse_dplay(data, dp8_context=True)
         assert isinstance(query, DP8EnumQuery)
         assert query.cookie == 0x4242
-        resp = DP8EnumResponse(
-            cookie=0x4242,
-            flags=0,
-            max_players=4,
-            current_players=1,
-            session_name="DP8 over the bridge",
-            password=b"",
-            reserved_data=b"",
-            app_reserved_data=b"",
-            instance_guid=uuid.uuid4(),
-            application_guid=uuid.uuid4(),
-            reply_data=b"",
-        )
+        resp = dp8_response(cookie=0x4242, session_name="DP8 over the bridge")
         payload = build_dp8_enum_response(resp)
         game.sendto(payload, src)  # from the game port, to whatever address queried
         got, frm = player.recvfrom(65535)

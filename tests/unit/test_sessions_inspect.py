@@ -7,7 +7,6 @@ from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.reassembly import Reassembler
 from ipxbridge.policy.sessions import SessionTable, session_json
 from ipxbridge.wire.directplay import (
-    DP8EnumResponse,
     EnumSessionsReply,
     PacketFragment,
     SessionDesc,
@@ -16,6 +15,7 @@ from ipxbridge.wire.directplay import (
     build_enum_sessions_reply,
     build_packet_fragment,
 )
+from tests.factories import dp8_response
 
 ARMADA = parse_guid("{76F93801-9340-11D2-AE34-00600895C779}")
 
@@ -75,19 +75,7 @@ def test_table_is_bounded_least_recently_seen_goes() -> None:
 def test_players_by_game_uses_other_for_unknown() -> None:
     table = SessionTable(game_table())
     table.observe_dp4(reply(desc(players=3)), "h", "ipx", 0.0)
-    resp = DP8EnumResponse(
-        cookie=1,
-        flags=0,
-        max_players=4,
-        current_players=2,
-        session_name="x",
-        password=b"",
-        reserved_data=b"",
-        app_reserved_data=b"",
-        instance_guid=uuid.uuid4(),
-        application_guid=uuid.uuid4(),
-        reply_data=b"",
-    )
+    resp = dp8_response(max_players=4, current_players=2)
     table.observe_dp8(resp, "h:2302", 0.0)
     assert table.players_by_game(0.0) == {"Star Trek: Armada": (1, 3), "other": (1, 2)}
 
@@ -122,19 +110,7 @@ def test_inspector_picks_up_dp4_reply_over_ipx_and_udp_and_counts() -> None:
 
 def test_inspector_dp8_response_and_non_dplay_ignored() -> None:
     ins = make_inspector()
-    resp = DP8EnumResponse(
-        cookie=7,
-        flags=0x80,
-        max_players=4,
-        current_players=1,
-        session_name="DP8 game",
-        password=b"",
-        reserved_data=b"",
-        app_reserved_data=b"",
-        instance_guid=uuid.uuid4(),
-        application_guid=uuid.uuid4(),
-        reply_data=b"",
-    )
+    resp = dp8_response(cookie=7, flags=0x80, session_name="DP8 game")
     ins.inspect(
         build_dp8_enum_response(resp),
         transport="udp",
