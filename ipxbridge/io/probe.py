@@ -29,6 +29,7 @@ from ipxbridge.wire.directplay import (
     SockAddr,
     build_dp8_enum_query,
     build_enum_sessions,
+    parse_sockaddr,
     split_dp4_stream,
 )
 
@@ -194,8 +195,9 @@ def _reply_host(message: bytes, peer_ip: str) -> str:
     The reply header's SOCKADDR port is the host's TCP listener (protocols.md 1.5); its
     address is usually 0.0.0.0, meaning the peer's own.
     """
-    if len(message) >= 8:
-        port = int.from_bytes(message[6:8], "big")
-        addr = ".".join(str(b) for b in message[8:12])
-        return f"{peer_ip if addr == '0.0.0.0' else addr}:{port}"
-    return peer_ip
+    try:
+        sockaddr = parse_sockaddr(message[4:20])  # the SP header's SOCKADDR (protocols.md 1.2)
+    except DPlayError:
+        return peer_ip  # the inspector counts the malformed message
+    addr = peer_ip if sockaddr.address == "0.0.0.0" else sockaddr.address
+    return f"{addr}:{sockaddr.port}"
