@@ -58,7 +58,6 @@ class MetricsSource(Protocol):
     ipx_counters: IpxCounters
     inspector: Inspector
     sessions: SessionTable
-    started_at: float
     reload_ok: bool
     reload_success_at: float
     latency: LatencyHistogram
