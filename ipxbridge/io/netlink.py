@@ -57,6 +57,7 @@ WIREGUARD_UAPI_DIR: Final = Path("/var/run/wireguard")  # wireguard-go's <ifname
 RT_TABLE_MAIN: Final = 254
 RTN_UNICAST: Final = 1  # a blackhole/unreachable default route carries no traffic
 DEBOUNCE: Final = 0.1  # seconds: one re-read per burst of events (an ip addr flush is many)
+BIND_WAIT: Final = 5.0  # seconds start() waits for the event subscription
 REOPEN_DELAY: Final = 1.0  # seconds before re-opening a failed monitor socket
 EVENT_KEYS: Final = (
     "link_up",
@@ -219,25 +220,30 @@ class TopologyWatcher:
         self.errors = 0
         self._link_up: dict[int, bool] = {}
         self._dirty = asyncio.Event()
+        self._bound = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._monitor: Any = None
 
     async def start(self) -> None:
-        """Read the topology once, report it, then follow events.
+        """Subscribe to events, then read the topology once and report it.
+
+        Subscribing first means every change after the first report is seen as an event, so
+        the counters are exact (a failed subscription is retried in the background; the
+        re-read after binding covers any gap).
 
         Raises:
             OSError: neither netlink nor the netifaces fallback could be read.
         """
+        self._tasks = [asyncio.create_task(self._monitor_loop(), name="topology-monitor")]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._bound.wait(), BIND_WAIT)
         try:
             topology = await read_topology()
         except Exception as exc:  # noqa: BLE001 - pyroute2 raises more than OSError
             logger.warning("netlink topology read failed (%r); using netifaces", exc)
             topology = read_topology_fallback()
         self._publish(topology, force=True)
-        self._tasks = [
-            asyncio.create_task(self._monitor_loop(), name="topology-monitor"),
-            asyncio.create_task(self._refresh_loop(), name="topology-refresh"),
-        ]
+        self._tasks.append(asyncio.create_task(self._refresh_loop(), name="topology-refresh"))
 
     async def close(self) -> None:
         """Stop following events and close the netlink socket."""
@@ -303,6 +309,7 @@ class TopologyWatcher:
                 # Re-read once bound: changes between the last dump (start(), or before a
                 # failure) and the subscription produced no event we could see.
                 self._dirty.set()
+                self._bound.set()
                 if failing:
                     logger.info("netlink monitor re-opened")
                 failing = False
