@@ -1,0 +1,453 @@
+"""Fuzz targets: one per decoder, plus the stateful parts that eat remote input.
+
+Each target is a property over one input of arbitrary bytes. It returns normally when the
+code under test behaved (a result, or the typed error of its closed reason set) and raises
+``AssertionError`` or the unexpected exception otherwise. ``fuzz.py`` runs a target under
+atheris for long runs (reliability.md R1); ``tests/unit/test_fuzz_targets.py`` runs every
+target on its seeds and a few thousand deterministic mutations in CI, so none can rot.
+
+Targets:
+
+* ``ipx``: the IPX header codec and the ``decode`` CLI's view of a UDP 213 datagram.
+* ``dp4``: DirectPlay 4 messages with and without SP header, player messages, DPSESSIONDESC2,
+  the Winsock SP data, TCP stream framing.
+* ``dp8``: DirectPlay 8 connection frames, EnumQuery and EnumResponse.
+* ``players``: DPLAYI_PACKEDPLAYER and DPLAYI_SUPERPACKEDPLAYER.
+* ``dplay``: the classifier and ``parse_dplay`` in both port contexts (DP4 tested first).
+* ``pcap``: ``ipxbridge decode --pcap`` on an arbitrary file.
+* ``reassembly``: a stream of PACKET2_DATA fragments from four sources against small budgets.
+* ``inspect``: the inspector (classify, reassemble, game list) on a stream of payloads.
+* ``switch``: the IPX switch on a stream of datagrams from clients, a peer and strangers.
+
+Stream targets read their input as records (``Records``); the fuzzer learns the layout.
+"""
+
+import dataclasses
+import json
+import random
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Final, TypeVar
+from uuid import UUID
+
+from ipxbridge import decode
+from ipxbridge.games import builtin_games
+from ipxbridge.policy.inspect import Inspector
+from ipxbridge.policy.reassembly import REASSEMBLY_REASONS, Reassembler, ReassemblyLimits
+from ipxbridge.policy.sessions import SessionTable
+from ipxbridge.policy.switch import (
+    POLICY_DROP_REASONS,
+    Address,
+    IpxSwitch,
+    Outcome,
+    SwitchSettings,
+)
+from ipxbridge.wire import directplay as dp
+from ipxbridge.wire import ipx
+from ipxbridge.wire.errors import WIRE_REASONS, WireError
+from ipxbridge.wire.pcap import PcapError
+from tests.unit.vectors import VECTORS_PCAP, load_vectors
+
+T = TypeVar("T")
+
+GAMES: Final = builtin_games()
+
+
+def attempt(parse: Callable[[bytes], T], data: bytes) -> T | None:
+    """``parse(data)``, or None for a DPlayError of the closed reason set."""
+    try:
+        return parse(data)
+    except dp.DPlayError as exc:
+        assert exc.reason in dp.DPLAY_REASONS, exc.reason
+        return None
+
+
+class Records:
+    """Reads a fuzz input as a sequence of small records; short reads give zeros."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.at = 0
+
+    def more(self) -> bool:
+        return self.at < len(self.data)
+
+    def take(self, n: int) -> bytes:
+        chunk = self.data[self.at : self.at + n]
+        self.at += n
+        return chunk.ljust(n, b"\0")
+
+    def u8(self) -> int:
+        return self.take(1)[0]
+
+    def u16(self) -> int:
+        return int.from_bytes(self.take(2), "little")
+
+    def u32(self) -> int:
+        return int.from_bytes(self.take(4), "little")
+
+    def blob(self, limit: int) -> bytes:
+        size = self.u16() % (limit + 1)
+        chunk = self.data[self.at : self.at + size]
+        self.at += size
+        return chunk
+
+
+def record(*fields: bytes) -> bytes:
+    """Seed helper: concatenate record fields."""
+    return b"".join(fields)
+
+
+def blob(data: bytes) -> bytes:
+    """Seed helper: a ``Records.blob`` field."""
+    return struct.pack("<H", len(data)) + data
+
+
+# --- decoders ---------------------------------------------------------------------------------
+
+
+def check_ipx(data: bytes) -> None:
+    try:
+        header, payload = ipx.parse_packet(data)
+    except WireError as exc:
+        assert exc.reason in WIRE_REASONS, exc.reason
+    else:
+        rebuilt = ipx.build_packet(
+            dst_net=header.dst_net,
+            dst_node=header.dst_node,
+            dst_socket=header.dst_socket,
+            src_net=header.src_net,
+            src_node=header.src_node,
+            src_socket=header.src_socket,
+            packet_type=header.packet_type,
+            hops=header.hops,
+            payload=payload,
+        )
+        assert rebuilt == data
+        assert decode.looks_like_ipx(data)
+    out = decode.decode_ipx(data, GAMES)
+    json.dumps(out)
+    assert out["ok"] or out["error"] in WIRE_REASONS, out
+
+
+def check_dp4(data: bytes) -> None:
+    attempt(dp.parse_session_desc, data)
+    attempt(dp.parse_winsock_sp_data, data)
+    split = attempt(dp.split_dp4_stream, data)
+    if split is not None:
+        messages, rest = split
+        assert b"".join(messages) + rest == data
+    for msg in (
+        attempt(dp.parse_dp4, data),
+        attempt(lambda d: dp.parse_dp4(d, bare=True), data),
+        attempt(dp.parse_dp4_player, data),
+    ):
+        if msg is not None:
+            assert dp.build_dp4_message(msg) == data
+
+
+def check_dp8(data: bytes) -> None:
+    frame = attempt(dp.parse_dp8_frame, data)
+    if frame is not None:
+        assert dp.build_dp8_frame(frame) == data
+    query = attempt(dp.parse_dp8_enum_query, data)
+    if query is not None:
+        assert dp.build_dp8_enum_query(query) == data
+    response = attempt(dp.parse_dp8_enum_response, data)
+    if response is not None:
+        # Padding and the order of the variable parts are the sender's: a fixed point only.
+        assert dp.parse_dp8_enum_response(dp.build_dp8_enum_response(response)) == response
+
+
+def check_players(data: bytes) -> None:
+    player = attempt(dp.parse_packed_player, data)
+    if player is not None:
+        assert data.startswith(dp.build_packed_player(player))
+    spp = attempt(dp.parse_super_packed_player, data)
+    if spp is not None:
+        found, used = spp
+        assert dp.build_super_packed_player(found) == data[:used]
+
+
+def check_dplay(data: bytes) -> None:
+    for dp8_context in (False, True):
+        kind = dp.classify(data, dp8_context=dp8_context)
+        assert kind is dp.classify(memoryview(data), dp8_context=dp8_context)
+        msg = attempt(partial(dp.parse_dplay, dp8_context=dp8_context), data)
+        if kind is dp.DPlayKind.NONE:
+            assert msg is None
+        if isinstance(msg, dp.DP4Message | dp.DP8Frame | dp.DP8EnumQuery):
+            assert dp.build_dplay(msg) == data
+        if msg is not None:
+            json.dumps(decode.dplay_json(msg, GAMES))
+    for item in decode.decode_hex(data.hex(" "), GAMES):
+        json.dumps(item)
+
+
+def check_pcap(data: bytes) -> None:
+    try:
+        frames = decode.decode_pcap(data, GAMES)
+    except PcapError:
+        return
+    json.dumps(frames)
+    for frame in frames:
+        assert isinstance(frame["frame"], int)
+        assert frame["ok"] or frame["error"], frame
+
+
+# --- stateful targets -------------------------------------------------------------------------
+
+SOURCES: Final = ("a", "b", "c", "d")
+GUIDS: Final = tuple(UUID(int=i + 1) for i in range(4))
+SMALL: Final = ReassemblyLimits(
+    max_message_size=1024,
+    max_fragments=16,
+    max_messages_per_source=3,
+    source_budget=1536,
+    global_budget=4096,
+    expiry=15.0,
+)
+
+
+def fragments(data: bytes) -> Iterator[tuple[str, dp.PacketFragment, float]]:
+    """Records: source, guid, index, total, size, offset, time step, data."""
+    r = Records(data)
+    now = 0.0
+    while r.more():
+        source = SOURCES[r.u8() % len(SOURCES)]
+        guid = GUIDS[r.u8() % len(GUIDS)]
+        index, total, size, offset = r.u8(), r.u8(), r.u16(), r.u16()
+        now += r.u8() / 8  # up to ~32 s per step: crosses the 15 s expiry
+        body = r.blob(512)
+        frag = dp.PacketFragment(0x30, guid, index, len(body), offset, total, size, 0, body)
+        yield source, frag, now
+
+
+def check_reassembly(data: bytes) -> None:
+    r = Reassembler(SMALL)
+    for source, frag, now in fragments(data):
+        result = r.add(source, frag, now)
+        assert result.message is None or result.refused is None
+        if result.refused is not None:
+            assert result.refused in REASSEMBLY_REASONS, result.refused
+        if result.message is not None:
+            assert len(result.message) == frag.message_size
+        # Rule 1 of reassembly.py: held bytes within budget after every fragment.
+        assert 0 <= r.held <= SMALL.global_budget
+        assert len(r) <= len(SOURCES) * SMALL.max_messages_per_source
+        if now > 60:
+            r.expire(now)
+    r.expire(1e9)
+    assert (r.held, len(r)) == (0, 0)
+
+
+def check_inspect(data: bytes) -> None:
+    """Records: transport, source, time step, payload. Rule 1 of inspect.py: never raises."""
+    table = SessionTable(GAMES, expiry=60.0, max_sessions=8)
+    inspector = Inspector(table, Reassembler(SMALL))
+    r = Records(data)
+    now = 0.0
+    while r.more():
+        mode = r.u8()
+        transport = ("ipx", "udp", "tcp")[mode % 3]
+        source = SOURCES[(mode >> 2) % len(SOURCES)]
+        now += r.u8() / 4
+        payload = r.blob(2048)
+        inspector.inspect(
+            payload,
+            transport=transport,
+            host=f"{source}:1",
+            source=source,
+            now=now,
+            dp8_context=bool(mode & 0x80),
+        )
+        assert set(inspector.errors) <= {*dp.DPLAY_REASONS, *REASSEMBLY_REASONS}
+        assert len(table) <= table.max_sessions
+        assert inspector.reassembler.held <= SMALL.global_budget
+        if mode & 0x40:
+            inspector.tick(now)
+    inspector.tick(now + 1e6)
+    assert len(table) == 0
+    assert inspector.reassembler.held == 0
+
+
+SERVER: Final[Address] = ("192.0.2.1", 213)
+PEER: Final[Address] = ("198.51.100.7", 213)
+CLIENTS: Final[tuple[Address, ...]] = (("10.0.0.10", 5000), ("10.0.0.11", 5001))
+STRANGER: Final[Address] = ("203.0.113.9", 6000)
+ADDRESSES: Final = (*CLIENTS, PEER, STRANGER)
+SWITCH_SETTINGS: Final = SwitchSettings(max_clients=3, max_learned_nodes=8, dedup_max_entries=64)
+DROP_REASONS: Final = frozenset({*WIRE_REASONS, *POLICY_DROP_REASONS})
+
+
+def datagrams(data: bytes) -> Iterator[tuple[Address, bytes, float]]:
+    """Records: mode, time step, datagram. Mode bit 7 repairs checksum and length, so the
+    fuzzer reaches the switching rules without first having to learn the IPX framing."""
+    r = Records(data)
+    now = 0.0
+    while r.more():
+        mode = r.u8()
+        now += r.u8() / 4
+        packet = bytearray(r.blob(600))
+        if mode & 0x80 and len(packet) >= ipx.HEADER_LEN:
+            packet[0:4] = b"\xff\xff" + len(packet).to_bytes(2, "big")
+        yield ADDRESSES[mode % len(ADDRESSES)], bytes(packet), now
+
+
+def check_switch(data: bytes) -> None:
+    """The switch never raises, gives every datagram exactly one known outcome, relays only
+    to its own ports and never back to the ingress, changes nothing but the hop count, and
+    sends replies only to the sender (no reflection: reliability.md R7, R8)."""
+    switch = IpxSwitch(SWITCH_SETTINGS, (PEER,), lambda _a: ipx.dosbox_node(*SERVER))
+    for client in CLIENTS:
+        switch.handle(ipx.build_registration(), client, 0.0)
+    for src, packet, now in datagrams(data):
+        decision = switch.handle(packet, src, now)
+        assert decision.outcome in Outcome
+        if decision.outcome is Outcome.DROPPED:
+            assert decision.reason in DROP_REASONS, decision.reason
+            assert decision.packet is None
+        for _reply, to in decision.replies:
+            assert to == src
+        if decision.outcome is Outcome.FORWARDED:
+            assert decision.packet is not None
+            assert decision.targets
+            assert src not in decision.targets
+            assert set(decision.targets) <= {*switch.clients, *switch.peers}
+            header = ipx.parse_header(packet)
+            out = ipx.parse_header(decision.packet)
+            assert decision.packet[5:] == packet[5:]
+            assert out.hops in (header.hops, header.hops + 1)
+        assert len(switch.clients) <= SWITCH_SETTINGS.max_clients
+        assert switch.learned_nodes <= SWITCH_SETTINGS.max_learned_nodes
+        for _ping, to in switch.tick(now):
+            assert to in switch.clients
+
+
+# --- seeds ------------------------------------------------------------------------------------
+
+
+def vector_seeds() -> list[bytes]:
+    """The shared vectors, plus the IPX payloads of the two IPX vectors."""
+    vectors = load_vectors()
+    found = [v.data for v in vectors.values()]
+    return [*found, vectors["c"].data[30:], vectors["c2"].data[30:]]
+
+
+def pcap_seeds() -> list[bytes]:
+    whole = VECTORS_PCAP.read_bytes()
+    return [whole, whole[:24], whole[:100]]
+
+
+def fragment_seeds() -> list[bytes]:
+    """An 8-fragment message from source 0, and a first fragment claiming too much."""
+    message = bytes(range(256)) * 2
+    parts = [
+        record(b"\0\0", bytes((i, 8)), struct.pack("<HH", 512, i * 64), b"\x08", blob(chunk))
+        for i, chunk in enumerate(message[j : j + 64] for j in range(0, 512, 64))
+    ]
+    claim = record(b"\1\1\0\x10", struct.pack("<HH", 0xFFFF, 0), b"\0", blob(b"x" * 32))
+    return [b"".join(parts), claim]
+
+
+def payload_seeds() -> list[bytes]:
+    """Each vector as one inspector record, in every transport; and the 'Armada LAN' reply
+    cut into three PACKET2_DATA fragments over IPX, so reassembly feeds the game list."""
+    out = [
+        b"".join(record(bytes((mode,)), b"\x04", blob(data)) for mode in (0, 1, 0x82))
+        for data in vector_seeds()
+    ]
+    reply = dp.parse_dp4(load_vectors()["b"].data)
+    message = dp.build_dp4_message(dataclasses.replace(reply, header=None))
+    pieces = [message[i : i + 40] for i in range(0, len(message), 40)]
+    frags = [
+        dp.build_packet_fragment(
+            dp.PacketFragment(
+                0x30, GUIDS[0], i, len(piece), 40 * i, len(pieces), len(message), 0, piece
+            ),
+            bare=True,
+        )
+        for i, piece in enumerate(pieces)
+    ]
+    out.append(b"".join(record(b"\0", b"\x04", blob(f)) for f in frags))
+    return out
+
+
+def datagram_seeds() -> list[bytes]:
+    """Broadcasts, unicasts and pings from the clients and the peer; a registration by a
+    stranger; the vectors' IPX packets."""
+    a, b = (ipx.dosbox_node(*c) for c in CLIENTS)
+    far = ipx.rfc1234_node("172.16.0.5")
+    packets = [
+        (
+            0,
+            ipx.build_packet(
+                dst_node=ipx.BROADCAST_NODE,
+                dst_socket=0x4000,
+                src_node=a,
+                src_socket=0x4000,
+                payload=b"hello",
+            ),
+        ),
+        (1, ipx.build_packet(dst_node=a, dst_socket=0x4000, src_node=b, src_socket=0x4001)),
+        (
+            2,
+            ipx.build_packet(
+                dst_node=b,
+                dst_socket=0x4000,
+                src_node=far,
+                src_socket=0x4000,
+                hops=3,
+                payload=b"from afar",
+            ),
+        ),
+        (0, ipx.build_ping(a)),
+        (3, ipx.build_registration()),
+    ]
+    vectors = load_vectors()
+    packets += [(2, vectors["c"].data), (0, vectors["c2"].data)]
+    return [b"".join(record(bytes((mode,)), b"\x02", blob(p)) for mode, p in packets)]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    check: Callable[[bytes], None]
+    seeds: Callable[[], list[bytes]]
+
+
+TARGETS: Final[dict[str, Target]] = {
+    "ipx": Target(check_ipx, vector_seeds),
+    "dp4": Target(check_dp4, vector_seeds),
+    "dp8": Target(check_dp8, vector_seeds),
+    "players": Target(check_players, vector_seeds),
+    "dplay": Target(check_dplay, vector_seeds),
+    "pcap": Target(check_pcap, pcap_seeds),
+    "reassembly": Target(check_reassembly, fragment_seeds),
+    "inspect": Target(check_inspect, payload_seeds),
+    "switch": Target(check_switch, datagram_seeds),
+}
+
+
+def mutations(seeds: list[bytes], count: int, seed: int = 1234) -> Iterator[bytes]:
+    """The seeds, then ``count`` deterministic mutations of them (byte flips, 32-bit values,
+    0xFF/0xFE fills as reliability.md 2 advises, truncations, insertions)."""
+    rng = random.Random(seed)
+    yield from seeds
+    for _ in range(count):
+        data = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 4)):
+            where = rng.randrange(len(data) + 1)
+            roll = rng.random()
+            if roll < 0.35 and data:
+                data[min(where, len(data) - 1)] = rng.randrange(256)
+            elif roll < 0.6:
+                data[where : where + 4] = rng.randrange(1 << 32).to_bytes(4, "little")
+            elif roll < 0.7:
+                data[where : where + 4] = bytes([rng.choice((0xFF, 0xFE))]) * 4
+            elif roll < 0.85:
+                del data[where:]
+            else:
+                data[where:where] = rng.randbytes(rng.randint(1, 8))
+        yield bytes(data)

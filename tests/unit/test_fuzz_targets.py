@@ -1,0 +1,91 @@
+"""Every fuzz target (tests/fuzz/targets.py) on its seeds plus deterministic mutations.
+
+The long runs use atheris (tests/fuzz/fuzz.py, reliability.md R1); this keeps the targets
+honest in CI, and the planted-bug tests show that each kind of property can fail.
+"""
+
+import struct
+from dataclasses import replace
+
+import pytest
+
+from ipxbridge.policy import switch as switch_mod
+from ipxbridge.policy.reassembly import Reassembler, ReassemblyLimits
+from ipxbridge.wire import directplay as dp
+from tests.fuzz import targets
+from tests.fuzz.targets import TARGETS, mutations
+from tests.unit.vectors import load_vectors
+
+MUTATIONS = 1500
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_target_holds_on_seeds_and_mutations(name: str) -> None:
+    target = TARGETS[name]
+    seeds = target.seeds()
+    assert seeds, "a target without seeds would only ever see random bytes"
+    for data in mutations(seeds, MUTATIONS):
+        target.check(data)
+
+
+def test_mutations_are_deterministic_and_varied() -> None:
+    seeds = TARGETS["dp4"].seeds()
+    first = list(mutations(seeds, 200))
+    assert first == list(mutations(seeds, 200))
+    assert len(set(first)) > 150
+
+
+def test_an_unexpected_exception_escapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(_data: object) -> None:
+        raise IndexError("planted")
+
+    monkeypatch.setattr(dp, "parse_session_desc", broken)
+    with pytest.raises(IndexError):
+        targets.check_dp4(TARGETS["dp4"].seeds()[0])
+
+
+def test_a_reason_outside_the_closed_set_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(_data: object) -> None:
+        raise dp.DPlayError("made_up", "planted")  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dp, "parse_dp8_frame", broken)
+    with pytest.raises(AssertionError, match="made_up"):
+        targets.check_dp8(b"\x00")
+
+
+def test_a_round_trip_mismatch_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = dp.build_dp4_message
+    monkeypatch.setattr(dp, "build_dp4_message", lambda msg: original(msg) + b"\0")
+    reply = load_vectors()["b"].data
+    with pytest.raises(AssertionError):
+        targets.check_dp4(reply)
+
+
+def test_switch_property_catches_a_reflection_to_the_ingress(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(switch_mod.IpxSwitch, "_all_but", lambda self, _ingress: self._ports)
+    with pytest.raises(AssertionError):
+        targets.check_switch(TARGETS["switch"].seeds()[0])
+
+
+def test_reassembly_property_catches_a_budget_overrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unbudgeted(limits: ReassemblyLimits) -> Reassembler:
+        return Reassembler(replace(limits, global_budget=1 << 20, source_budget=1 << 20))
+
+    monkeypatch.setattr(targets, "Reassembler", unbudgeted)
+    # First fragments of 3 messages from each of 4 sources, 500 bytes each: 6,000 > 4,096.
+    flood = b"".join(
+        targets.record(
+            bytes((source, guid, 0, 2)),
+            struct.pack("<HH", 1000, 0),
+            b"\0",
+            targets.blob(b"x" * 500),
+        )
+        for source in range(4)
+        for guid in range(3)
+    )
+    with pytest.raises(AssertionError):
+        targets.check_reassembly(flood)
+    monkeypatch.undo()
+    targets.check_reassembly(flood)  # the real reassembler refuses what does not fit
