@@ -67,6 +67,7 @@ def switch_settings(config: Config) -> SwitchSettings:
         filtered_sockets=frozenset(ipx.filtered_sockets) if ipx.filter_sockets else frozenset(),
         answer_pings=ipx.answer_pings,
         rejoin=ipx.rejoin,
+        clients_allow=ipx.clients_allow,
     )
 
 

@@ -17,7 +17,15 @@ from typing import Annotated, Any, Final, Literal
 from uuid import UUID
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from ipxbridge.errors import IpxbridgeError
 from ipxbridge.wire.ipx import DEFAULT_FILTERED_SOCKETS
@@ -39,6 +47,10 @@ ipx:
   # Re-admit a client whose packets carry exactly the node this bridge assigns to its
   # address (it registered before a bridge restart or an expiry): games carry on.
   rejoin: true
+  # Networks whose clients may register, e.g. ["192.168.0.0/16", "10.8.0.0/24"]; empty =
+  # anyone. The DOSBox protocol has no authentication: set this on a bridge the internet
+  # can reach. Others are dropped and counted as not_allowed.
+  clients_allow: []
   # Loop protection between bridges: copies arriving via another port within this window
   # are dropped; identical packets via the same port always pass.
   dedup_window: 2.0
@@ -159,6 +171,17 @@ def _check_listen(value: str) -> str:
 PeerAddress = Annotated[str, AfterValidator(lambda v: str(parse_host_port(v)))]
 
 
+def _network(value: object) -> ipaddress.IPv4Network:
+    # Lenient on host bits: "192.168.1.10/24" means that LAN, as in most firewalls.
+    try:
+        return ipaddress.IPv4Network(str(value).strip(), strict=False)
+    except ValueError:
+        raise ValueError("not an IPv4 network like 192.168.1.0/24") from None
+
+
+Network = Annotated[ipaddress.IPv4Network, BeforeValidator(_network)]
+
+
 class IpxSection(_Model):
     """The IPX-over-UDP tunnel."""
 
@@ -169,6 +192,9 @@ class IpxSection(_Model):
     keepalive_interval: Annotated[float, Field(gt=0, le=3_600)] = 5.0
     answer_pings: bool = True
     rejoin: bool = True
+    # Networks whose DOSBox-protocol clients may register; empty = anyone (RFC 1234 peers are
+    # listed in ``peers`` and are not affected).
+    clients_allow: tuple[Network, ...] = ()
     dedup_window: Annotated[float, Field(ge=0, le=60)] = 2.0
     filter_sockets: bool = True
     filtered_sockets: tuple[Annotated[int, Field(ge=0, le=0xFFFF)], ...] = tuple(
@@ -384,8 +410,9 @@ def load_config(
         for err in exc.errors():
             loc = tuple(err["loc"])
             dotted = ".".join(str(p) for p in loc) or "(top level)"
-            if _is_env_override(loc, overrides):
-                where = "environment " + ENV_PREFIX + "__".join(str(p).upper() for p in loc)
+            env_key = _env_key(loc, overrides)
+            if env_key is not None:
+                where = "environment " + env_key
             else:
                 line = _line_of(root, loc)
                 where = f"{label}:{line}" if line is not None else label
@@ -398,11 +425,17 @@ def load_config(
         raise ConfigError(errors) from None
 
 
-def _is_env_override(loc: tuple[int | str, ...], overrides: Mapping[str, Any]) -> bool:
+def _env_key(loc: tuple[int | str, ...], overrides: Mapping[str, Any]) -> str | None:
+    """The environment variable that set the value at ``loc``, if one did."""
     node: Any = overrides
-    for part in loc:
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        else:
-            return False
-    return True
+    for depth, part in enumerate(loc):
+        if not isinstance(node, Mapping):  # a list set from the environment: its items too
+            return _env_name(loc[:depth])
+        if part not in node:
+            return None
+        node = node[part]
+    return _env_name(loc)
+
+
+def _env_name(loc: tuple[int | str, ...]) -> str:
+    return ENV_PREFIX + "__".join(str(p).upper() for p in loc)

@@ -250,6 +250,8 @@ class IpxEndpoint:
                 logger.info("client %s:%d sent shutdown, disconnected", ip, port)
             elif event.kind == "unverified":
                 logger.info("client %s:%d never answered a keepalive, dropped", ip, port)
+            elif event.kind == "not_allowed":
+                logger.info("client %s:%d is outside ipx.clients_allow now, dropped", ip, port)
             else:
                 logger.info("client %s:%d idle, expired", ip, port)
 

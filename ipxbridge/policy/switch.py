@@ -20,6 +20,9 @@ Rules, in the order they are applied:
    receives as the reply, protocols.md 4.2). Exception: a packet whose source node is
    exactly the node this bridge assigns to that address comes from a client registered
    before (the bridge restarted, or the client was expired while quiet): it rejoins.
+   With ``clients_allow`` set, an address outside those networks may neither register nor
+   rejoin (``not_allowed``): the DOSBox protocol has no authentication, so on a bridge
+   reachable from the internet this is what keeps strangers and spoofed registrations out.
 3. A client's packets must carry the source node assigned to it (``spoofed_source``), as
    ipxbox does (reliability.md I3). A packet from a peer whose source node belongs to a local
    client has gone round a loop (``loop``).
@@ -35,6 +38,7 @@ Rules, in the order they are applied:
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from ipaddress import IPv4Address, IPv4Network
 from typing import Final
 
 from ipxbridge.policy.dedup import DuplicateFilter
@@ -69,6 +73,7 @@ class Outcome(StrEnum):
 # Closed set of drop reasons the policy can give, besides the codec's WIRE_REASONS.
 POLICY_DROP_REASONS: Final[tuple[str, ...]] = (
     "unregistered",
+    "not_allowed",
     "spoofed_source",
     "clients_full",
     "unexpected_registration",
@@ -149,6 +154,14 @@ class SwitchSettings:
     filtered_sockets: frozenset[int] = field(default=DEFAULT_FILTERED_SOCKETS)
     answer_pings: bool = True
     rejoin: bool = True  # re-admit a known-shaped client without a new registration
+    clients_allow: tuple[IPv4Network, ...] = ()  # who may register; empty = anyone
+
+    def allows(self, ip: str) -> bool:
+        """May a DOSBox-protocol client at ``ip`` register (``clients_allow``)?"""
+        if not self.clients_allow:
+            return True
+        address = IPv4Address(ip)
+        return any(address in net for net in self.clients_allow)
 
 
 def ipx_build(src_node: bytes, dst_socket: int, src_socket: int, payload: bytes) -> bytes:
@@ -221,9 +234,11 @@ class IpxSwitch:
         self._rebuild_ports()
 
     def reconfigure(self, settings: SwitchSettings, peers: tuple[Address, ...]) -> None:
-        """Apply new tunables and peers without touching registered clients."""
+        """Apply new tunables and peers; clients stay, unless ``clients_allow`` now bars them."""
         self.settings = settings
         self._dedup.window = settings.dedup_window
+        for addr in [a for a in self.clients if not settings.allows(a[0])]:
+            self.remove_client(addr, "not_allowed")
         for addr in [a for a in self.peers if a not in peers]:
             self.remove_peer(addr)
         for addr in peers:
@@ -290,6 +305,8 @@ class IpxSwitch:
             return self._from_client(client, header, data, now)
         if src in self.peers:
             return self._from_peer(src, header, data, now)
+        if not self.settings.allows(src[0]):
+            return _drop("not_allowed")
         if header.is_registration:
             return self._register(src, now)
         if self.settings.rejoin and header.src_node == dosbox_node(src[0], src[1]):

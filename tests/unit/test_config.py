@@ -39,6 +39,10 @@ def test_good_file() -> None:
         ("syntax.yaml", [":2: YAML syntax error: while scanning a quoted scalar"]),
         ("not_mapping.yaml", [":1: the top level must be a mapping"]),
         (
+            "bad_allow.yaml",
+            [":4: ipx.clients_allow.1: not an IPv4 network like 192.168.1.0/24 (got '192.168"],
+        ),
+        (
             "multiple.yaml",
             [
                 ":4: ipx.peers.1: 'bad host' is not an IPv4 address or host name",
@@ -63,6 +67,16 @@ def test_environment_overrides_file_and_errors_name_the_variable() -> None:
     assert errors == [
         "environment IPXBRIDGE_IPX__MAX_CLIENTS: ipx.max_clients: Input should be a valid "
         "integer, unable to parse string as an integer (got 'many')"
+    ]
+
+
+def test_clients_allow_is_lenient_on_host_bits_and_names_the_variable_of_a_bad_item() -> None:
+    cfg = load_config(None, {"IPXBRIDGE_IPX__CLIENTS_ALLOW": "[192.168.1.10/24, 10.8.0.5]"})
+    assert [str(n) for n in cfg.ipx.clients_allow] == ["192.168.1.0/24", "10.8.0.5/32"]
+    errors = errors_of("good.yaml", {"IPXBRIDGE_IPX__CLIENTS_ALLOW": "[10.0.0.0/8, bogus]"})
+    assert errors == [
+        "environment IPXBRIDGE_IPX__CLIENTS_ALLOW: ipx.clients_allow.1: not an IPv4 network "
+        "like 192.168.1.0/24 (got 'bogus')"
     ]
 
 

@@ -1,5 +1,7 @@
 """Switching decisions as pure functions with an injected clock (policy/switch.py rules)."""
 
+from ipaddress import IPv4Network
+
 from ipxbridge.policy.switch import Address, IpxSwitch, Outcome, SwitchSettings
 from ipxbridge.wire import ipx
 
@@ -319,3 +321,31 @@ def test_broadcast_targets_follow_membership_changes() -> None:
     assert set(sw.handle(data(node(A), payload=b"2"), A, 1.2).targets) == {B, C}
     sw.handle(ipx.build_shutdown(node(B)), B, 1.3)
     assert sw.handle(data(node(A), payload=b"3"), A, 1.4).targets == (C,)
+
+
+def test_clients_allow_keeps_strangers_out_but_not_peers() -> None:
+    sw = make((PEER,), clients_allow=(IPv4Network("10.0.0.10/31"), IPv4Network("10.0.0.12/32")))
+    register(sw, B)  # 10.0.0.12, allowed by its /32
+    outsider: Address = ("10.0.0.13", 40003)  # C: outside both networks
+    for packet in (ipx.build_registration(), data(node(outsider))):  # register, then rejoin
+        d = sw.handle(packet, outsider, 1.0)
+        assert (d.outcome, d.reason, d.replies) == (Outcome.DROPPED, "not_allowed", ())
+    assert list(sw.clients) == [B]
+    # RFC 1234 peers are configured, not registered: the list does not apply to them.
+    d = sw.handle(data(ipx.rfc1234_node("172.16.0.9")), PEER, 2.0)
+    assert d.outcome is Outcome.FORWARDED
+    assert d.targets == (B,)
+    register(sw, A)  # 10.0.0.11 is inside 10.0.0.10/31
+    assert set(sw.clients) == {A, B}
+
+
+def test_narrowing_clients_allow_on_reload_drops_clients_outside_it() -> None:
+    sw = make()
+    register(sw, A)
+    register(sw, B)
+    sw.pop_events()
+    sw.reconfigure(SwitchSettings(clients_allow=(IPv4Network("10.0.0.11/32"),)), ())
+    assert list(sw.clients) == [A]
+    assert [(e.kind, e.addr) for e in sw.pop_events()] == [("not_allowed", B)]
+    d = sw.handle(data(node(A)), A, 1.0)  # B no longer receives A's broadcasts
+    assert (d.outcome, d.reason) == (Outcome.DROPPED, "no_destination")
