@@ -29,6 +29,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from ipaddress import IPv4Network
 from typing import Final, TypeVar
 from uuid import UUID
 
@@ -276,9 +277,15 @@ def check_inspect(data: bytes) -> None:
 SERVER: Final[Address] = ("192.0.2.1", 213)
 PEER: Final[Address] = ("198.51.100.7", 213)
 CLIENTS: Final[tuple[Address, ...]] = (("10.0.0.10", 5000), ("10.0.0.11", 5001))
-STRANGER: Final[Address] = ("203.0.113.9", 6000)
-ADDRESSES: Final = (*CLIENTS, PEER, STRANGER)
-SWITCH_SETTINGS: Final = SwitchSettings(max_clients=3, max_learned_nodes=8, dedup_max_entries=64)
+NEWCOMER: Final[Address] = ("10.0.0.20", 5002)  # may register (clients_allow)
+STRANGER: Final[Address] = ("203.0.113.9", 6000)  # may not
+ADDRESSES: Final = (*CLIENTS, PEER, STRANGER, NEWCOMER)
+SWITCH_SETTINGS: Final = SwitchSettings(
+    max_clients=3,
+    max_learned_nodes=8,
+    dedup_max_entries=64,
+    clients_allow=(IPv4Network("10.0.0.0/24"),),
+)
 DROP_REASONS: Final = frozenset({*WIRE_REASONS, *POLICY_DROP_REASONS})
 
 
@@ -311,6 +318,8 @@ def check_switch(data: bytes) -> None:
             assert decision.packet is None
         for _reply, to in decision.replies:
             assert to == src
+        if src == STRANGER:
+            assert decision.outcome is Outcome.DROPPED
         if decision.outcome is Outcome.FORWARDED:
             assert decision.packet is not None
             assert decision.targets
@@ -376,8 +385,8 @@ def payload_seeds() -> list[bytes]:
 
 
 def datagram_seeds() -> list[bytes]:
-    """Broadcasts, unicasts and pings from the clients and the peer; a registration by a
-    stranger; the vectors' IPX packets."""
+    """Broadcasts, unicasts and pings from the clients and the peer; registrations by a
+    stranger (refused) and a newcomer; the vectors' IPX packets."""
     a, b = (ipx.dosbox_node(*c) for c in CLIENTS)
     far = ipx.rfc1234_node("172.16.0.5")
     packets = [
@@ -405,6 +414,7 @@ def datagram_seeds() -> list[bytes]:
         ),
         (0, ipx.build_ping(a)),
         (3, ipx.build_registration()),
+        (4, ipx.build_registration()),
     ]
     vectors = load_vectors()
     packets += [(2, vectors["c"].data), (0, vectors["c2"].data)]
