@@ -86,9 +86,6 @@ class Records:
     def u16(self) -> int:
         return int.from_bytes(self.take(2), "little")
 
-    def u32(self) -> int:
-        return int.from_bytes(self.take(4), "little")
-
     def blob(self, limit: int) -> bytes:
         size = self.u16() % (limit + 1)
         chunk = self.data[self.at : self.at + size]
