@@ -353,7 +353,7 @@ class Bridge:
         if self.ipx is None:
             return IpxSnapshot()
         sw = self.ipx.switch
-        return IpxSnapshot(True, len(sw.clients), len(sw.peers))
+        return IpxSnapshot(True, len(sw.clients), len(sw.peers), self.ipx.kernel_drops())
 
     def relay_snapshot(self) -> RelaySnapshot:
         """Relay numbers for the metrics (Python copies plus the kernel's)."""
@@ -396,6 +396,7 @@ class Bridge:
             kinds=kinds,
             netlink_events=events,
             received_by_interface=by_iface,
+            kernel_drops=self.relay.kernel_drops(),
         )
 
     def interfaces_json(self) -> list[dict[str, Any]]:

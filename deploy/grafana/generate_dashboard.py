@@ -314,13 +314,21 @@ TRAFFIC_ROWS: Final = (
     (
         Panel(
             title="Drops by reason",
-            description="Packets dropped per second, by path and drop reason.",
+            description=(
+                'Packets dropped per second, by path and drop reason; "kernel" counts those'
+                " the kernel discarded at the bridge's socket before it could read them"
+                " (receive buffer full, IpxbridgeKernelDrops)."
+            ),
             unit="pps",
             width=12,
             queries=(
                 Query(
                     sum_rate("instance, path, reason", "ipxbridge_dropped_packets_total"),
                     "{{instance}} {{path}}: {{reason}}",
+                ),
+                Query(
+                    sum_rate("instance, path", "ipxbridge_kernel_dropped_packets_total"),
+                    "{{instance}} {{path}}: kernel",
                 ),
             ),
         ),

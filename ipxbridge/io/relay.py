@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from ipxbridge.io.sockstats import socket_drops
 from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.relay import Copy, Egress, RelayPolicy, SourceMode
 
@@ -198,6 +199,10 @@ class BroadcastRelay:
                 raise
             self._recv.append(sock)
             self._loop.add_reader(sock.fileno(), self._on_broadcast, sock, port)
+
+    def kernel_drops(self) -> int | None:
+        """Broadcasts the kernel dropped at the relay ports (receive buffers full)."""
+        return socket_drops(self._recv)
 
     def close(self) -> None:
         """Close every socket."""

@@ -20,6 +20,7 @@ from time import perf_counter
 from typing import Final
 
 from ipxbridge.errors import StartupError
+from ipxbridge.io.sockstats import socket_drops
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.obs.logging import RateLimiter
 from ipxbridge.obs.metrics import LatencyHistogram
@@ -129,6 +130,10 @@ class IpxEndpoint:
         """The bound address."""
         host, port = self._sock.getsockname()
         return (host, port)
+
+    def kernel_drops(self) -> int | None:
+        """Datagrams the kernel dropped at this socket (receive buffer full)."""
+        return socket_drops((self._sock,))
 
     def start(self) -> None:
         """Begin reading and ticking."""

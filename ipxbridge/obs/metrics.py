@@ -83,6 +83,7 @@ class RelaySnapshot:
     kinds: dict[str, str] = field(default_factory=dict)
     netlink_events: dict[str, int] = field(default_factory=dict)
     received_by_interface: dict[str, int] = field(default_factory=dict)
+    kernel_drops: int | None = None  # at the relay ports; None: unknown (no /proc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class IpxSnapshot:
     enabled: bool = False
     clients: int = 0
     peers: int = 0
+    kernel_drops: int | None = None  # at the IPX socket; None: unknown (no /proc)
 
 
 class BridgeCollector(Collector):
@@ -152,6 +154,18 @@ class BridgeCollector(Collector):
             for reason in sorted({*RELAY_DROP_REASONS, *relay.dropped}):
                 dropped.add_metric(["relay", reason], relay.dropped.get(reason, 0))
         yield dropped
+
+        # Never received, so not in the families above (house style: nothing lost silently).
+        kernel = CounterMetricFamily(
+            "ipxbridge_kernel_dropped_packets",
+            "Datagrams the kernel dropped at the bridge's sockets before the bridge could read"
+            " them (receive buffer full), by path.",
+            labels=["path"],
+        )
+        for path, state in (("ipx", ipx_state), ("relay", relay)):
+            if state.enabled and state.kernel_drops is not None:
+                kernel.add_metric([path], state.kernel_drops)
+        yield kernel
 
         copies = CounterMetricFamily(
             "ipxbridge_sent_copies",

@@ -1,0 +1,48 @@
+"""Datagrams the kernel dropped at the bridge's own UDP sockets.
+
+A datagram that arrives while a socket's receive buffer is full is discarded by the kernel
+and never reaches the bridge, so the bridge's own counters cannot see it. The kernel keeps a
+count per socket: the ``drops`` column of /proc/net/udp (proc(5); the number SO_RXQ_OVFL
+reports). It is read at scrape time only, never on the packet path, so "received" plus these
+accounts for every datagram that reached the host (reliability.md R3, R13).
+"""
+
+import os
+import socket
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Final
+
+PROC_UDP: Final = (Path("/proc/self/net/udp"), Path("/proc/self/net/udp6"))
+_INODE, _DROPS = 9, 12  # column indexes in /proc/net/udp lines
+
+
+def parse_drops(text: str) -> dict[int, int]:
+    """``inode -> drops`` from the text of /proc/net/udp (or udp6); malformed lines skipped."""
+    out: dict[int, int] = {}
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) <= _DROPS:
+            continue
+        try:
+            out[int(fields[_INODE])] = int(fields[_DROPS])
+        except ValueError:
+            continue
+    return out
+
+
+def socket_drops(socks: Iterable[socket.socket]) -> int | None:
+    """Kernel receive drops summed over ``socks``; None if /proc cannot be read."""
+    inodes = set()
+    for sock in socks:
+        if sock.fileno() >= 0:
+            inodes.add(os.fstat(sock.fileno()).st_ino)
+    if not inodes:
+        return 0
+    table: dict[int, int] = {}
+    try:
+        for path in PROC_UDP:
+            table.update(parse_drops(path.read_text(encoding="ascii", errors="replace")))
+    except OSError:
+        return None
+    return sum(table.get(inode, 0) for inode in inodes)
