@@ -526,13 +526,19 @@ class Bridge:
                     ", ".join(f"{k}={v}" for k, v in sorted(kernel.items())),
                 )
         if self.relay is not None:
+            kernel_drops = self.relay.kernel_drops()
             self.relay.close()
-            logger.info("stopped; relay: %s", self.relay_counters.summary())
+            logger.info(
+                "stopped; relay: %s kernel_dropped=%s", self.relay_counters.summary(), kernel_drops
+            )
         if self.http is not None:
             await self.http.close()
         if self.ipx is not None:
+            kernel_drops = self.ipx.kernel_drops()  # None: /proc unreadable
             self.ipx.close()
-            logger.info("stopped; IPX: %s", self.ipx_counters.summary())
+            logger.info(
+                "stopped; IPX: %s kernel_dropped=%s", self.ipx_counters.summary(), kernel_drops
+            )
         if not self.started:
             return
         seen = ", ".join(

@@ -217,3 +217,4 @@ def test_datagrams_the_kernel_drops_while_the_bridge_is_stalled_are_counted(
         assert received - 1 + kernel == sent  # minus the registration
     finally:
         assert bridge.stop() == 0
+    assert bridge.summary()["kernel_dropped"] == kernel  # and the stop line says so too
