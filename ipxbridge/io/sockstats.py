@@ -13,12 +13,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-PROC_UDP: Final = (Path("/proc/self/net/udp"), Path("/proc/self/net/udp6"))
+# IPv4 only: every bridge socket is AF_INET (and udp6 is absent when IPv6 is disabled).
+PROC_UDP: Final = Path("/proc/self/net/udp")
 _INODE, _DROPS = 9, 12  # column indexes in /proc/net/udp lines
 
 
 def parse_drops(text: str) -> dict[int, int]:
-    """``inode -> drops`` from the text of /proc/net/udp (or udp6); malformed lines skipped."""
+    """``inode -> drops`` from the text of /proc/net/udp; malformed lines skipped."""
     out: dict[int, int] = {}
     for line in text.splitlines()[1:]:
         fields = line.split()
@@ -39,10 +40,8 @@ def socket_drops(socks: Iterable[socket.socket]) -> int | None:
             inodes.add(os.fstat(sock.fileno()).st_ino)
     if not inodes:
         return 0
-    table: dict[int, int] = {}
     try:
-        for path in PROC_UDP:
-            table.update(parse_drops(path.read_text(encoding="ascii", errors="replace")))
+        table = parse_drops(PROC_UDP.read_text(encoding="ascii", errors="replace"))
     except OSError:
         return None
     return sum(table.get(inode, 0) for inode in inodes)

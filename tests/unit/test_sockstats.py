@@ -1,7 +1,11 @@
 """Kernel receive drops per socket, from /proc/net/udp (io/sockstats.py)."""
 
 import socket
+from pathlib import Path
 
+import pytest
+
+from ipxbridge.io import sockstats
 from ipxbridge.io.sockstats import parse_drops, socket_drops
 
 # /proc/net/udp with runs of spaces squeezed (the parser splits on whitespace anyway).
@@ -47,3 +51,12 @@ def test_a_real_overflowing_socket_reports_exactly_what_it_lost() -> None:
         rx.close()
         tx.close()
     assert socket_drops([rx]) == 0  # a closed socket counts for nothing
+
+
+def test_unreadable_proc_is_unknown_not_zero(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A container without /proc/net: a fault this machine cannot produce for the test process.
+    monkeypatch.setattr(sockstats, "PROC_UDP", tmp_path / "missing")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        assert sockstats.socket_drops([sock]) is None
