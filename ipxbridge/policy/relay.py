@@ -20,6 +20,16 @@ Rules (issue 4; protocols.md section 7; reliability.md items 3, 7, 8), applied i
    header whose SOCKADDR says 0.0.0.0 ("use the packet's source") is rewritten to the real
    player's IP so the host's TCP reply goes to the player, not to the bridge
    ([MC-DPL4CS] 2.2.6, protocols.md 1.2).
+7. A DirectPlay 4 message that needs that rewrite but whose SOCKADDR is malformed (family not
+   AF_INET = 2, or non-zero ``sin_zero``) is dropped as ``bad_sockaddr``, not relayed as it
+   is: unchanged, its 0.0.0.0 would make the host answer the bridge, where nothing listens
+   (protocols.md 7), so the copy could only mislead. A malformed SOCKADDR that names an
+   address needs no rewrite and is relayed unchanged, as in preserve mode: the bridge does not
+   validate what it does not touch.
+
+``decide`` never raises on received bytes: every datagram gets one decision, and its
+``drop_reason`` is ``None`` or one of ``RELAY_DROP_REASONS`` (the ``relay`` fuzz target and a
+property test hold it to that in both source modes).
 
 Pure: ``now`` is passed in.
 """
@@ -31,7 +41,7 @@ from typing import Final
 
 from ipxbridge.policy.dedup import LoopFilter
 from ipxbridge.policy.topology import Topology, select
-from ipxbridge.wire.directplay import DPlayKind, classify, rewrite_sockaddr
+from ipxbridge.wire.directplay import DPlayError, DPlayKind, classify, rewrite_sockaddr
 
 LIMITED_BROADCAST: Final = "255.255.255.255"
 DEFAULT_RELAY_PORTS: Final = (47624, 6073)  # DirectPlay 4 enumeration, DirectPlay 8 DPNSVR
@@ -43,6 +53,7 @@ RELAY_DROP_REASONS: Final = (
     "marked_copy",
     "ttl_expired",
     "no_destination",
+    "bad_sockaddr",
 )
 
 
@@ -143,7 +154,12 @@ class RelayPolicy:
         now: float,
         tos: int = 0,
     ) -> RelayDecision:
-        """Decide the copies for one datagram received on a relay port."""
+        """Decide the copies for one datagram received on a relay port.
+
+        Raises:
+            Nothing for any ``payload``, ``ttl`` or ``tos`` (rule 7); ``src`` is the kernel's
+            IPv4 source address.
+        """
         egress_in = self._egresses.get(ingress)
         if egress_in is None:
             return RelayDecision("not_selected")
@@ -175,7 +191,12 @@ class RelayPolicy:
             and classify(payload) is DPlayKind.DP4
         ):
             # The host would answer the packet's source: the bridge. Name the player.
-            payload = rewrite_sockaddr(payload, src[0])
+            try:
+                payload = rewrite_sockaddr(payload, src[0])
+            except DPlayError:
+                # classify() checked the token and 'play' only; the SOCKADDR's family and
+                # sin_zero are checked here (protocols.md 1.2). Rule 7: drop, do not mislead.
+                return RelayDecision("bad_sockaddr")
             loops.remember(hash((dst_port, payload)), ttl, now)
             rewritten = True
         out_ttl = ttl - 1

@@ -2,9 +2,14 @@
 
 import uuid
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ipxbridge.io.nftables import ruleset
 from ipxbridge.policy.dedup import LoopFilter
 from ipxbridge.policy.relay import (
+    RELAY_DROP_REASONS,
     Egress,
     RelayPolicy,
     RelaySettings,
@@ -122,6 +127,102 @@ def test_preserve_mode_keeps_the_payload() -> None:
     )
     assert not d.sockaddr_rewritten
     assert all(c.payload == enum() for c in d.copies)
+
+
+def bad_sockaddr(family: bytes = b"\x02\x00", sin_zero: bytes = bytes(8)) -> bytes:
+    """``enum()`` with its SOCKADDR's family (bytes 4..6) and sin_zero (12..20) replaced."""
+    data = enum()
+    return data[:4] + family + data[6:12] + sin_zero + data[20:]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        bad_sockaddr(family=b"\x06\x00"),  # AF_IPX: classify still says DP4
+        bad_sockaddr(family=b"\xff\xff"),
+        bad_sockaddr(sin_zero=b"\x00" * 7 + b"\x01"),
+    ],
+    ids=["af_ipx", "family_ffff", "sin_zero"],
+)
+def test_rewrite_mode_drops_a_dp4_header_it_cannot_rewrite(payload: bytes) -> None:
+    """Rule 7: decide() used to raise DPlayError into the receive loop here (issue item 4)."""
+    d = policy(SourceMode.REWRITE).decide(
+        payload, src=PLAYER, dst_ip="255.255.255.255", dst_port=47624, ingress=2, ttl=64, now=0.0
+    )
+    assert (d.drop_reason, d.copies, d.sockaddr_rewritten) == ("bad_sockaddr", (), False)
+    assert "bad_sockaddr" in RELAY_DROP_REASONS  # exported as 0 from the start
+    # Preserve mode touches nothing and relays it as it is; a malformed SOCKADDR that names
+    # an address needs no rewrite and is relayed unchanged in rewrite mode too.
+    assert decide(policy(), payload)[0] is None
+    named = payload[:8] + bytes((10, 0, 1, 50)) + payload[12:]
+    d = policy(SourceMode.REWRITE).decide(
+        named, src=PLAYER, dst_ip="255.255.255.255", dst_port=47624, ingress=2, ttl=64, now=0.0
+    )
+    assert d.drop_reason is None
+    assert all(c.payload == named for c in d.copies)
+
+
+def dp4_like() -> st.SearchStrategy[bytes]:
+    """SP-header-shaped payloads (a valid token, 'play' at 20, any SOCKADDR), so the rewrite
+    branch is reached far more often than by uniform random bytes."""
+    return st.builds(
+        lambda size, token, sockaddr, rest: (
+            (token << 20 | size).to_bytes(4, "little") + sockaddr + b"play" + rest
+        ),
+        st.integers(0, (1 << 20) - 1),
+        st.sampled_from([0xFAB, 0xCAB, 0xBAB]),
+        st.one_of(
+            st.binary(min_size=16, max_size=16),
+            st.builds(
+                lambda fam, port, zero: fam + port + bytes(4) + zero,
+                st.sampled_from([b"\x02\x00", b"\x06\x00", b"\x00\x02"]),
+                st.binary(min_size=2, max_size=2),
+                st.sampled_from([bytes(8), b"\x01" + bytes(7)]),
+            ),
+        ),
+        st.binary(max_size=64),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    mode=st.sampled_from(list(SourceMode)),
+    payload=st.one_of(st.binary(max_size=128), dp4_like()),
+    ingress=st.sampled_from([2, 3, 4, 9]),
+    dst=st.sampled_from(["255.255.255.255", "10.0.1.255", "10.0.2.255", "10.98.0.1", "10.0.1.7"]),
+    src=st.sampled_from([PLAYER, ("10.98.0.2", 5000), ("10.0.2.1", 47624)]),
+    port=st.integers(0, 65535),
+    ttl=st.integers(0, 255),
+    tos=st.integers(0, 255),
+)
+def test_decide_never_raises_and_reasons_are_closed(
+    mode: SourceMode,
+    payload: bytes,
+    ingress: int,
+    dst: str,
+    src: tuple[str, int],
+    port: int,
+    ttl: int,
+    tos: int,
+) -> None:
+    p = policy(mode)
+    for now in (0.0, 0.1):  # the second time round, the loop filter has seen it
+        d = p.decide(
+            payload, src=src, dst_ip=dst, dst_port=port, ingress=ingress, ttl=ttl, now=now, tos=tos
+        )
+        if d.drop_reason is not None:
+            assert d.drop_reason in RELAY_DROP_REASONS
+            assert not d.copies
+            continue
+        assert d.copies
+        for c in d.copies:
+            assert c.egress.index != ingress
+            assert c.ttl == ttl - 1
+            if mode is SourceMode.PRESERVE or not d.sockaddr_rewritten:
+                assert c.payload == payload
+            else:  # only the SOCKADDR's address, now the player's
+                assert c.payload[:8] + c.payload[12:] == payload[:8] + payload[12:]
+                assert c.payload[8:12] == bytes(map(int, src[0].split(".")))
 
 
 def test_kernel_mode_only_classifies() -> None:
