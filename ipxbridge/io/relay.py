@@ -15,6 +15,12 @@
 * Sockets bound to an interface are re-opened when the interface is re-created (a new index):
   an old one would return ENODEV for ever (reliability.md item 6).
 * Every send error is counted per interface and errno; nothing is queued.
+* The books balance (``RelayCounters.balanced``): every datagram read from any relay socket —
+  a broadcast on a relay port, a host's answer on a flow socket, a player's datagram on a
+  return socket — is counted once as received, on the interface it arrived on, and then once
+  as relayed or once as dropped with one reason (the same rule as the IPX path's
+  ``obs/counters.py``). A relayed datagram whose copies the kernel refuses is still relayed;
+  the refusals are send errors.
 """
 
 import asyncio
@@ -58,19 +64,35 @@ inet_ntoa: Final = socket.inet_ntoa
 
 @dataclass(slots=True)
 class RelayCounters:
-    """Relay accounting; every received datagram is relayed or dropped with a reason."""
+    """Relay accounting; every received datagram is relayed or dropped with one reason.
+
+    ``received`` counts datagrams read from every relay socket (relay ports, flow sockets,
+    return sockets) and ``received_by_ifindex`` the same datagrams by ingress interface, so
+    both sum to the same total. ``replies`` is the part of ``relayed`` that went from a host
+    back to a player.
+    """
 
     received: int = 0
     received_bytes: int = 0
     received_by_ifindex: Counter[int] = field(default_factory=Counter)
     relayed: int = 0
-    truncated: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
     copies: Counter[str] = field(default_factory=Counter)  # by egress interface
     send_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (iface, errno)
     sockaddr_rewrites: int = 0
     replies: int = 0  # host -> player datagrams through the flow table (rewrite mode)
     flows_refused: int = 0
+
+    def balanced(self) -> bool:
+        """True when every received datagram has exactly one recorded outcome."""
+        outcomes = self.relayed + sum(self.dropped.values())
+        return self.received == outcomes == sum(self.received_by_ifindex.values())
+
+    def count_received(self, data: bytes, ifindex: int) -> None:
+        """One datagram read from a relay socket on interface ``ifindex``."""
+        self.received += 1
+        self.received_bytes += len(data)
+        self.received_by_ifindex[ifindex] += 1
 
     def summary(self) -> str:
         """One line for the log on stop."""
@@ -264,14 +286,12 @@ class BroadcastRelay:
                 return
             except OSError:
                 return
-            counters.received += 1
-            counters.received_bytes += len(data)
+            ifindex, dst_ip, ttl, tos = parse_ancillary(anc)
+            counters.count_received(data, ifindex)
             if flags & socket.MSG_TRUNC:
-                counters.truncated += 1
+                # One outcome, one counter: dropped["truncated"] is the only record of it.
                 counters.dropped["truncated"] += 1
                 continue
-            ifindex, dst_ip, ttl, tos = parse_ancillary(anc)
-            counters.received_by_ifindex[ifindex] += 1
             src_addr: Address = (src[0], src[1])
             decision = self.policy.decide(
                 data,
@@ -399,6 +419,8 @@ class BroadcastRelay:
                 return
             host_addr: Address = (host[0], host[1])
             flow.last_used = now
+            # Arrived on the egress the copy left by; counted like a broadcast (module rule).
+            self.counters.count_received(data, flow.egress.index)
             if self.inspector is not None:
                 self.inspector.inspect(
                     data,
@@ -412,6 +434,7 @@ class BroadcastRelay:
             if ret is None:
                 self.counters.dropped["flow_limit"] += 1
                 continue
+            self.counters.relayed += 1
             try:
                 ret.sock.sendto(data, flow.player)
                 self.counters.replies += 1
@@ -427,7 +450,10 @@ class BroadcastRelay:
         address = self._addresses.get(flow.ingress)
         if address is None or len(self._returns) >= MAX_RETURNS:
             return None
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        except OSError:  # EMFILE/ENFILE: as full as MAX_RETURNS, and must not escape the loop
+            return None
         try:
             sock.setblocking(False)
             sock.bind((address, 0))
@@ -449,10 +475,12 @@ class BroadcastRelay:
                 return
             except OSError:
                 return
+            self.counters.count_received(data, ret.flow.ingress)
             if (src[0], src[1]) != ret.flow.player:
                 self.counters.dropped["return_not_player"] += 1
                 continue
             ret.last_used = ret.flow.last_used = now
+            self.counters.relayed += 1
             try:
                 ret.flow.sock.sendto(data, ret.host)
             except OSError as exc:

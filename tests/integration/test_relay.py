@@ -11,6 +11,7 @@ to the rewritten SOCKADDR in rewrite mode.
 """
 
 import contextlib
+import re
 import socket
 import struct
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from ipxbridge.io.relay import MAX_RETURNS
 from ipxbridge.wire.directplay import (
     DP4Message,
     DP8EnumQuery,
@@ -101,7 +103,7 @@ def mode_args(mode: str) -> list[str]:
     return ["--source-mode", mode]
 
 
-def bridge(t: Net, workdir: Path, mode: str) -> BridgeProcess:
+def bridge(t: Net, workdir: Path, mode: str, *extra: str) -> BridgeProcess:
     args = [
         "--ipx-listen",
         "off",
@@ -114,6 +116,7 @@ def bridge(t: Net, workdir: Path, mode: str) -> BridgeProcess:
         "--iface",
         "wgb*",
         *mode_args(mode),
+        *extra,
     ]
     return BridgeProcess(
         t.net, t.box, *args, log_dir=workdir, ready=r"relaying between: .*lanA.*lanB.*wgb"
@@ -337,3 +340,95 @@ def drain(sock: socket.socket, seconds: float) -> list[bytes]:
         with contextlib.suppress(TimeoutError):
             out.append(sock.recvfrom(65535)[0])
     return out
+
+
+def relay_books(t: Net) -> tuple[dict[str, float], dict[str, float]]:
+    """(received/relayed/dropped totals, drops by reason) from the bridge's /metrics."""
+    res = sh(
+        "ip",
+        "netns",
+        "exec",
+        t.box,
+        "python3",
+        "-c",
+        "import sys,urllib.request as u;"
+        "sys.stdout.write(u.urlopen('http://127.0.0.1:9213/metrics',timeout=5).read().decode())",
+    )
+    totals = {"received": 0.0, "relayed": 0.0, "dropped": 0.0, "kernel": 0.0}
+    reasons: dict[str, float] = {}
+    for line in res.stdout.splitlines():
+        if 'path="relay"' not in line or line.startswith("#"):
+            continue
+        series, number = line.rsplit(" ", 1)
+        if series.startswith("ipxbridge_received_packets_total"):
+            totals["received"] += float(number)  # summed over the interface label
+        elif series.startswith("ipxbridge_forwarded_packets_total"):
+            totals["relayed"] += float(number)
+        elif series.startswith("ipxbridge_kernel_dropped_packets_total"):
+            totals["kernel"] += float(number)
+        elif series.startswith("ipxbridge_dropped_packets_total"):
+            totals["dropped"] += float(number)
+            reasons[series.split('reason="')[1].split('"')[0]] = float(number)
+    return totals, reasons
+
+
+@pytest.mark.netns
+def test_relay_books_balance_over_a_mix_of_every_outcome(topo: Net, workdir: Path) -> None:
+    """Issue item 5: every datagram read from any relay socket — broadcasts, a host's answers
+    on a flow socket, a player's datagrams on a return socket — is received once (on an
+    interface) and relayed or dropped with one reason. flow_limit and return_not_player drops
+    used to be counted without ever having been received."""
+    b = bridge(topo, workdir, "rewrite", "--metrics-listen", "127.0.0.1:9213")
+    player = topo.udp(topo.pa, 0, device="eth0")
+    stranger = topo.udp(topo.pa, 0, device="eth0")
+    short_lived = topo.udp(topo.pa, 0, device="eth0")
+    short_lived.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, 1)
+    dpnsvr = topo.udp(topo.hb, 6073)
+    with inside(topo.hb):
+        host_ports = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(1100)]
+    try:
+        for i in range(20):  # relayed (copies to lanB and to the WireGuard peer)
+            player.sendto(build_dp8_enum_query(cookie=i), ("255.255.255.255", 6073))
+        bad_family = dp4_enum()[:4] + b"\x06\x00" + dp4_enum()[6:]
+        player.sendto(bad_family, ("255.255.255.255", 47624))  # bad_sockaddr
+        player.sendto(b"unicast", ("10.61.1.1", 6073))  # not_broadcast
+        short_lived.sendto(b"ttl 1", ("255.255.255.255", 6073))  # ttl_expired
+        _, flow = dpnsvr.recvfrom(65535)  # the lanB flow socket the copies come from
+        dpnsvr.sendto(b"reply", flow)  # host -> player: relayed
+        while True:  # the reply, from the player's return socket
+            data, ret = player.recvfrom(65535)
+            if data == b"reply":
+                break
+        player.sendto(b"join", ret)  # player -> host: relayed
+        for _ in range(3):
+            stranger.sendto(b"not the player", ret)  # return_not_player
+        # 1,100 host ports answer: the return table (1024) fills, the rest are flow_limit.
+        for n, sock in enumerate(host_ports):
+            sock.sendto(b"answer", flow)
+            if n % 50 == 49:
+                time.sleep(0.005)  # stay inside the flow socket's receive buffer
+        previous: dict[str, float] = {}
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until the bridge has read everything
+            time.sleep(0.3)
+            totals, reasons = relay_books(topo)
+            if totals == previous:
+                break
+            previous = totals
+        assert totals["received"] == totals["relayed"] + totals["dropped"], (totals, reasons)
+        # one return socket opened for the first reply; the table holds MAX_RETURNS in all
+        assert reasons["flow_limit"] == len(host_ports) - (MAX_RETURNS - 1)
+        assert reasons["return_not_player"] == 3
+        assert reasons["bad_sockaddr"] == 1
+        assert reasons["not_broadcast"] == 1
+        assert reasons["ttl_expired"] == 1
+        assert totals["relayed"] == 20 + 2 + (MAX_RETURNS - 1)
+        assert totals["kernel"] == 0  # nothing lost before the bridge could count it
+    finally:
+        for s in (player, stranger, short_lived, dpnsvr, *host_ports):
+            s.close()
+        assert b.stop() == 0
+    summary = re.search(r"stopped; relay: received=(\d+) relayed=(\d+) dropped=(\d+)", b.log())
+    assert summary, b.log()
+    received, relayed, dropped = map(int, summary.groups())
+    assert received == relayed + dropped
