@@ -66,6 +66,10 @@ def switch_settings(config: Config) -> SwitchSettings:
         dedup_window=ipx.dedup_window,
         filtered_sockets=frozenset(ipx.filtered_sockets) if ipx.filter_sockets else frozenset(),
         answer_pings=ipx.answer_pings,
+        unverified_packets_per_second=ipx.unverified_packets_per_second,
+        unverified_packet_burst=ipx.unverified_packet_burst,
+        unverified_bytes_per_second=ipx.unverified_bytes_per_second,
+        unverified_byte_burst=ipx.unverified_byte_burst,
         rejoin=ipx.rejoin,
         clients_allow=ipx.clients_allow,
     )

@@ -44,6 +44,12 @@ ipx:
   idle_timeout: 600        # seconds without any packet before a client is forgotten
   keepalive_interval: 5    # seconds of silence before the bridge pings a client
   answer_pings: true       # answer "ipxnet ping" so a lone client sees the server
+  # What a client that registered but has not sent anything yet may be sent (registration
+  # is one spoofable datagram): enough for DirectPlay enumerations to a silent host.
+  unverified_packets_per_second: 4
+  unverified_packet_burst: 8
+  unverified_bytes_per_second: 2048
+  unverified_byte_burst: 4096   # at least one full DOSBox packet (1424 bytes)
   # Re-admit a client whose packets carry exactly the node this bridge assigns to its
   # address (it registered before a bridge restart or an expiry): games carry on.
   rejoin: true
@@ -191,6 +197,10 @@ class IpxSection(_Model):
     idle_timeout: Annotated[float, Field(gt=0, le=86_400)] = 600.0
     keepalive_interval: Annotated[float, Field(gt=0, le=3_600)] = 5.0
     answer_pings: bool = True
+    unverified_packets_per_second: Annotated[float, Field(gt=0, le=100_000)] = 4.0
+    unverified_packet_burst: Annotated[int, Field(ge=1, le=100_000)] = 8
+    unverified_bytes_per_second: Annotated[float, Field(gt=0, le=100_000_000)] = 2048.0
+    unverified_byte_burst: Annotated[int, Field(ge=1424, le=100_000_000)] = 4096
     rejoin: bool = True
     # Networks whose DOSBox-protocol clients may register; empty = anyone (RFC 1234 peers are
     # listed in ``peers`` and are not affected).

@@ -197,10 +197,13 @@ class IpxEndpoint:
                 packet = decision.packet
                 assert packet is not None  # noqa: S101 - invariant of Outcome.FORWARDED
                 send_many(packet, decision.targets)
+                if decision.held:
+                    counters.held_unverified += decision.held
             elif outcome is Outcome.CONTROL:
                 counters.control += 1
             else:
                 counters.dropped[decision.reason] += 1
+                counters.held_unverified += decision.held
                 if debug and self._drop_log.allow(now):
                     logger.debug("drop %s from %s:%d", decision.reason, addr[0], addr[1])
             for reply, target in decision.replies:
@@ -220,7 +223,11 @@ class IpxEndpoint:
 
     def probe(self, payload: bytes) -> int:
         """Broadcast a DirectPlay probe to every client on the discovery socket 0xA57F."""
-        packets = self.switch.probe_packets(SOCKET_DPLAY_DISCOVERY, PROBE_SOCKET, payload)
+        switch = self.switch
+        packets = switch.probe_packets(
+            SOCKET_DPLAY_DISCOVERY, PROBE_SOCKET, payload, self._loop.time()
+        )
+        self.counters.held_unverified += len(switch.clients) - len(packets)
         for packet, addr in packets:
             self._send(packet, addr)
         return len(packets)
@@ -253,8 +260,6 @@ class IpxEndpoint:
                 logger.info("client %s:%d rejoined as node %s (registered before)", ip, port, node)
             elif event.kind == "shutdown":
                 logger.info("client %s:%d sent shutdown, disconnected", ip, port)
-            elif event.kind == "unverified":
-                logger.info("client %s:%d never answered a keepalive, dropped", ip, port)
             elif event.kind == "not_allowed":
                 logger.info("client %s:%d is outside ipx.clients_allow now, dropped", ip, port)
             else:

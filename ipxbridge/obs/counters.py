@@ -22,6 +22,7 @@ class IpxCounters:
         "dropped",
         "forward_kinds",
         "forwarded",
+        "held_unverified",
         "received",
         "received_bytes",
         "recv_errors",
@@ -36,6 +37,8 @@ class IpxCounters:
         self.copies_sent = 0
         self.bytes_sent = 0
         self.recv_errors = 0
+        # Copies not sent to unverified clients over their budget (policy/switch.py rule 2).
+        self.held_unverified = 0
         self.dropped: Counter[str] = Counter()
         self.forward_kinds: Counter[str] = Counter()
         self.send_errors: Counter[str] = Counter()
@@ -56,5 +59,6 @@ class IpxCounters:
         return (
             f"received={self.received} forwarded={self.forwarded} control={self.control} "
             f"dropped={self.dropped_total} ({drops}) copies_sent={self.copies_sent} "
+            f"copies_held_unverified={self.held_unverified} "
             f"send_errors=({errors})"
         )

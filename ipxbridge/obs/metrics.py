@@ -177,6 +177,15 @@ class BridgeCollector(Collector):
             copies.add_metric(["relay", name], n)
         yield copies
 
+        held = CounterMetricFamily(
+            "ipxbridge_held_copies",
+            "Copies not sent, by path and reason (unverified_budget: a client that has not yet"
+            " sent anything since registering is over its budget).",
+            labels=["path", "reason"],
+        )
+        held.add_metric(["ipx", "unverified_budget"], ipx.held_unverified)
+        yield held
+
         errors = CounterMetricFamily(
             "ipxbridge_send_errors",
             "Copies the kernel refused, by path, interface and errno.",

@@ -17,7 +17,13 @@ Rules, in the order they are applied:
 1. Malformed datagrams are dropped with the codec's reason (``ipx.parse_header``).
 2. An unknown address may only register; anything else from it is ``unregistered``. Nothing is
    sent to a new address before its registration reply (DOSBox takes the first datagram it
-   receives as the reply, protocols.md 4.2). Exception: a packet whose source node is
+   receives as the reply, protocols.md 4.2). A registered client stays until ``idle_timeout``
+   whether or not it answers keepalives: IPXWrapper never answers socket-2 pings, and a
+   DirectPlay host behind it is silent until someone enumerates (protocols.md 6). Until its
+   first packet proves the address is really there (``verified``), a client gets at most
+   ``unverified_budget`` packets and bytes per second, because registration is one spoofable
+   datagram; copies the budget holds back are counted (``Decision.held``). Exception: a packet
+   whose source node is
    exactly the node this bridge assigns to that address comes from a client registered
    before (the bridge restarted, or the client was expired while quiet): it rejoins.
    With ``clients_allow`` set, an address outside those networks may neither register nor
@@ -30,9 +36,16 @@ Rules, in the order they are applied:
    locally; broadcast pings are also forwarded so every other client answers.
 5. Sockets of the configured filter (file sharing and management) are never relayed.
 6. Loop copies are suppressed (``dedup.DuplicateFilter``); the hop count is incremented on
-   every forward and a packet reaching 16 is discarded (IPX routing rule).
-7. Broadcast goes to every port except the ingress; unicast to the port that owns the node;
-   an unknown unicast is flooded like a broadcast and marked ``flooded``.
+   every forward. A packet from an RFC 1234 peer reaching 16 is discarded (``hop_limit``, the
+   IPX routing rule that ends loops between bridges). A DOSBox-protocol client's hop byte is
+   taken as 0: DOSBox never writes it, so it holds whatever the DOS program left there, and a
+   program answering from its receive buffer sends back the count it received (protocols.md
+   4.1). Judging it would drop real games after a few round trips.
+7. Broadcast goes to every port except the ingress; unicast to the port that owns the node.
+   A unicast to an unknown node goes only to RFC 1234 peers (which may own it), marked
+   ``flooded``, and never to DOSBox-protocol clients: a DOSBox client does not check the
+   destination node and would hand the packet to its game as if addressed to it (protocols.md
+   4.4; DOSBox's own server drops it). With no peer to try it is ``unknown_destination``.
 """
 
 from collections.abc import Callable
@@ -41,6 +54,7 @@ from enum import StrEnum
 from ipaddress import IPv4Address, IPv4Network
 from typing import Final
 
+from ipxbridge.policy.budget import TokenBucket
 from ipxbridge.policy.dedup import DuplicateFilter
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ipx import (
@@ -82,6 +96,9 @@ POLICY_DROP_REASONS: Final[tuple[str, ...]] = (
     "filtered_socket",
     "destination_on_ingress",
     "no_destination",
+    "unknown_destination",
+    "hop_limit",
+    "unverified_budget",
 )
 
 
@@ -92,7 +109,7 @@ class Decision:
     Attributes:
         outcome: forwarded, control or dropped.
         reason: for drops the drop reason; for control the kind of control packet; for
-            forwards ``broadcast``, ``unicast`` or ``flooded``.
+            forwards ``broadcast``, ``unicast`` or ``flooded`` (unknown unicast, to peers).
         packet: the bytes to send to every address in ``targets`` (None when not forwarding).
         targets: where ``packet`` goes.
         replies: packets the bridge itself sends back, each with its address.
@@ -106,6 +123,7 @@ class Decision:
     targets: tuple[Address, ...] = ()
     replies: tuple[tuple[bytes, Address], ...] = ()
     header: IpxHeader | None = None  # set when the payload is worth inspecting
+    held: int = 0  # copies not sent: unverified clients over their budget (rule 2)
 
 
 @dataclass(slots=True)
@@ -120,6 +138,7 @@ class Client:
     verified: bool = False  # has sent anything since registering (a 2-way exchange happened)
     probes: int = 0  # keepalives sent since it was last heard from
     last_keepalive: float = 0.0
+    budget: TokenBucket | None = None  # what it may be sent until verified (rule 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +153,7 @@ class Peer:
 class SwitchEvent:
     """Something an operator wants in the log (registration, expiry...)."""
 
-    kind: str  # registered | reregistered | rejoined | expired | unverified | shutdown
+    kind: str  # registered | reregistered | rejoined | expired | shutdown | not_allowed
     addr: Address
     node: bytes
 
@@ -146,7 +165,15 @@ class SwitchSettings:
     max_clients: int = 256
     idle_timeout: float = 600.0  # a client silent this long is forgotten (ipxbox: 10 min)
     keepalive_interval: float = 5.0  # ping clients that were silent this long
-    unverified_probes: int = 3  # keepalives an unanswered registration gets before expiry
+    unverified_probes: int = 3  # keepalives an unverified client gets (then it is left quiet)
+    # What a registered but never-heard-from client may be sent (rule 2): enough for a few
+    # DirectPlay enumerations per second (a DP4 EnumSessions over IPX is 62 bytes) and one
+    # full-size DOSBox packet (1424 bytes), little enough that a spoofed registration cannot
+    # aim the bridge's traffic at a victim.
+    unverified_packets_per_second: float = 4.0
+    unverified_packet_burst: int = 8
+    unverified_bytes_per_second: float = 2048.0
+    unverified_byte_burst: int = 4096
     dedup_window: float = 2.0
     dedup_max_entries: int = 65_536
     learned_node_ttl: float = 300.0
@@ -162,6 +189,13 @@ class SwitchSettings:
             return True
         address = IPv4Address(ip)
         return any(address in net for net in self.clients_allow)
+
+
+# An unverified client's first probe comes this soon after registering, so a real DOSBox client
+# (which answers pings, protocols.md 4.6) leaves the budget of rule 2 within about a second.
+# Not sooner: DOSBox takes the first datagram it receives as its registration reply (4.2), and
+# the reply must not be overtaken.
+FIRST_PROBE_DELAY: Final = 1.0
 
 
 def ipx_build(src_node: bytes, dst_socket: int, src_socket: int, payload: bytes) -> bytes:
@@ -206,6 +240,8 @@ class IpxSwitch:
         self._learned: dict[bytes, tuple[Address, float]] = {}
         self._ports: tuple[Address, ...] = ()
         self._flood_targets: dict[Address, tuple[Address, ...]] = {}
+        self._peer_targets: dict[Address, tuple[Address, ...]] = {}
+        self._unverified: set[Address] = set()  # registered, not yet heard from (rule 2)
         self._dedup: DuplicateFilter[Address] = DuplicateFilter(
             settings.dedup_window, settings.dedup_max_entries
         )
@@ -237,6 +273,13 @@ class IpxSwitch:
         """Apply new tunables and peers; clients stay, unless ``clients_allow`` now bars them."""
         self.settings = settings
         self._dedup.window = settings.dedup_window
+        for addr in self._unverified:
+            budget = self.clients[addr].budget
+            if budget is not None:
+                budget.packet_rate = settings.unverified_packets_per_second
+                budget.packet_burst = settings.unverified_packet_burst
+                budget.byte_rate = settings.unverified_bytes_per_second
+                budget.byte_burst = settings.unverified_byte_burst
         for addr in [a for a in self.clients if not settings.allows(a[0])]:
             self.remove_client(addr, "not_allowed")
         for addr in [a for a in self.peers if a not in peers]:
@@ -248,6 +291,7 @@ class IpxSwitch:
     def _rebuild_ports(self) -> None:
         self._ports = (*self.clients, *self.peers)
         self._flood_targets.clear()
+        self._peer_targets.clear()
 
     def _all_but(self, ingress: Address) -> tuple[Address, ...]:
         """Every port except the ingress, cached until membership changes."""
@@ -255,6 +299,14 @@ class IpxSwitch:
         if targets is None:
             targets = tuple(p for p in self._ports if p != ingress)
             self._flood_targets[ingress] = targets
+        return targets
+
+    def _peers_but(self, ingress: Address) -> tuple[Address, ...]:
+        """Every RFC 1234 peer except the ingress: where an unknown unicast may go (rule 7)."""
+        targets = self._peer_targets.get(ingress)
+        if targets is None:
+            targets = tuple(p for p in self.peers if p != ingress)
+            self._peer_targets[ingress] = targets
         return targets
 
     def _register(self, addr: Address, now: float) -> Decision:
@@ -267,8 +319,19 @@ class IpxSwitch:
             if len(self.clients) >= self.settings.max_clients:
                 return _drop("clients_full")
             node = dosbox_node(addr[0], addr[1])
-            client = Client(addr, node, self._server_node_for(addr), now, now, last_keepalive=now)
+            cfg = self.settings
+            budget = TokenBucket.full(
+                cfg.unverified_packets_per_second,
+                cfg.unverified_packet_burst,
+                cfg.unverified_bytes_per_second,
+                cfg.unverified_byte_burst,
+                now,
+            )
+            client = Client(
+                addr, node, self._server_node_for(addr), now, now, last_keepalive=now, budget=budget
+            )
             self.clients[addr] = client
+            self._unverified.add(addr)
             self._client_by_node[node] = client
             self._rebuild_ports()
             self._events.append(SwitchEvent("registered", addr, node))
@@ -281,6 +344,7 @@ class IpxSwitch:
         if client is None:
             return
         self._client_by_node.pop(client.node, None)
+        self._unverified.discard(addr)
         self._rebuild_ports()
         self._events.append(SwitchEvent(kind, addr, client.node))
 
@@ -342,7 +406,10 @@ class IpxSwitch:
         if header.is_registration:
             return self._register(client.addr, now)
         # Any other packet proves the address is really there (a 2-way exchange).
-        client.verified = True
+        if not client.verified:
+            client.verified = True
+            client.budget = None
+            self._unverified.discard(client.addr)
         client.probes = 0
         if header.is_shutdown:
             self.remove_client(client.addr, "shutdown")
@@ -362,7 +429,8 @@ class IpxSwitch:
             # Answer as a DOSBox client would, so a lone client can see the server is alive;
             # the ping is still forwarded so every other client answers too.
             replies = ((build_ping_reply(client.node, client.server_node), client.addr),)
-        return self._forward(header, data, client.addr, now, replies)
+        # The client's hop byte is whatever its DOS program left there: count from 0 (rule 6).
+        return self._forward(header, data, client.addr, now, replies, hops_in=0)
 
     def _from_peer(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
         if header.is_registration:
@@ -376,7 +444,7 @@ class IpxSwitch:
             learned[node] = (src, now)
             if len(learned) > self.settings.max_learned_nodes:
                 del learned[next(iter(learned))]
-        return self._forward(header, data, src, now, ())
+        return self._forward(header, data, src, now, (), hops_in=header.hops)
 
     def _lookup(self, node: bytes, now: float) -> Address | None:
         client = self._client_by_node.get(node)
@@ -397,6 +465,8 @@ class IpxSwitch:
         ingress: Address,
         now: float,
         replies: tuple[tuple[bytes, Address], ...],
+        *,
+        hops_in: int,
     ) -> Decision:
         filtered = self.settings.filtered_sockets
         if header.dst_socket in filtered or header.src_socket in filtered:
@@ -405,7 +475,7 @@ class IpxSwitch:
         # Python's bytes hash is keyed SipHash, so collisions cannot be crafted remotely.
         if self._dedup.is_duplicate(hash(data[5:]), ingress, now):
             return Decision(Outcome.DROPPED, "duplicate", replies=replies)
-        hops = header.hops + 1
+        hops = hops_in + 1
         if hops >= MAX_HOPS:
             return Decision(Outcome.DROPPED, "hop_limit", replies=replies)
         if header.is_broadcast:
@@ -414,8 +484,11 @@ class IpxSwitch:
         else:
             owner = self._lookup(header.dst_node, now)
             if owner is None:
+                # Only peers may own an unknown node; a DOSBox client would take it (rule 7).
+                targets = self._peers_but(ingress)
+                if not targets:
+                    return Decision(Outcome.DROPPED, "unknown_destination", replies=replies)
                 kind = "flooded"
-                targets = self._all_but(ingress)
             elif owner == ingress:
                 return Decision(Outcome.DROPPED, "destination_on_ingress", replies=replies)
             else:
@@ -423,46 +496,79 @@ class IpxSwitch:
                 targets = (owner,)
         if not targets:
             return Decision(Outcome.DROPPED, "no_destination", replies=replies)
+        held = 0
+        if self._unverified:
+            targets, held = self._within_budget(targets, len(data), now)
+            if not targets:
+                return Decision(Outcome.DROPPED, "unverified_budget", replies=replies, held=held)
         # IPXWrapper coalesced datagrams are passed on byte for byte (protocols.md section 6).
         packet = data if header.is_coalesced else with_hops(data, hops)
-        return Decision(Outcome.FORWARDED, kind, packet, targets, replies, header)
+        return Decision(Outcome.FORWARDED, kind, packet, targets, replies, header, held)
+
+    def _within_budget(
+        self, targets: tuple[Address, ...], size: int, now: float
+    ) -> tuple[tuple[Address, ...], int]:
+        """Leave out unverified clients whose budget is spent (rule 2); count them."""
+        unverified = self._unverified
+        if unverified.isdisjoint(targets):
+            return targets, 0
+        kept: list[Address] = []
+        held = 0
+        for addr in targets:
+            if addr in unverified:
+                budget = self.clients[addr].budget
+                if budget is not None and not budget.take(size, now):
+                    held += 1
+                    continue
+            kept.append(addr)
+        return tuple(kept), held
 
     def probe_packets(
-        self, dst_socket: int, src_socket: int, payload: bytes
+        self, dst_socket: int, src_socket: int, payload: bytes, now: float
     ) -> list[tuple[bytes, Address]]:
         """An IPX broadcast from the bridge itself to every client (DirectPlay probing).
 
         Each copy carries the bridge's node as that client sees it, so replies come back
-        addressed to the bridge (``to_bridge``) and are inspected there.
+        addressed to the bridge (``to_bridge``) and are inspected there. Unverified clients
+        get a probe only within their budget (rule 2).
         """
-        return [
-            (ipx_build(client.server_node, dst_socket, src_socket, payload), client.addr)
-            for client in self.clients.values()
-        ]
+        out: list[tuple[bytes, Address]] = []
+        for client in self.clients.values():
+            packet = ipx_build(client.server_node, dst_socket, src_socket, payload)
+            if client.budget is not None and not client.budget.take(len(packet), now):
+                continue
+            out.append((packet, client.addr))
+        return out
 
     # --- timers ----------------------------------------------------------------------------
 
     def tick(self, now: float) -> list[tuple[bytes, Address]]:
         """Expire silent clients and old records; return keepalives to send.
 
-        A client that never answered is not pinged for ever: after ``unverified_probes``
-        keepalives it is dropped, so a spoofed registration draws a bounded number of
-        packets toward its victim (reliability.md I4).
+        Every client is kept until ``idle_timeout`` (rule 2). One that never answered is not
+        pinged for ever: after ``unverified_probes`` keepalives it gets no more, so a spoofed
+        registration draws a bounded number of keepalives toward its victim (reliability.md
+        I4), while an IPXWrapper host that never answers pings stays registered.
         """
         cfg = self.settings
         out: list[tuple[bytes, Address]] = []
+        first_probe = min(FIRST_PROBE_DELAY, cfg.keepalive_interval)
         for client in list(self.clients.values()):
             silent = now - client.last_seen
             if silent >= cfg.idle_timeout:
                 self.remove_client(client.addr, "expired")
                 continue
-            if silent < cfg.keepalive_interval:
-                continue
-            if now - client.last_keepalive < cfg.keepalive_interval:
-                continue
-            if not client.verified and client.probes >= cfg.unverified_probes:
-                self.remove_client(client.addr, "unverified")
-                continue
+            if client.verified:
+                if silent < cfg.keepalive_interval:
+                    continue
+                if now - client.last_keepalive < cfg.keepalive_interval:
+                    continue
+            else:
+                if client.probes >= cfg.unverified_probes:
+                    continue
+                wait = first_probe if client.probes == 0 else cfg.keepalive_interval
+                if now - client.last_keepalive < wait:
+                    continue
             client.probes += 1
             client.last_keepalive = now
             out.append((build_ping(client.server_node), client.addr))

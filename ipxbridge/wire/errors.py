@@ -38,7 +38,7 @@ DPlayReason = Literal[
     "dplay_bad_value",
 ]
 
-IpxReason = Literal["truncated", "bad_checksum", "bad_length", "hop_limit"]
+IpxReason = Literal["truncated", "bad_checksum", "bad_length"]
 WireReason = IpxReason | DPlayReason
 
 DPLAY_REASONS: Final[tuple[DPlayReason, ...]] = get_args(DPlayReason)

@@ -7,8 +7,9 @@ Contract:
   big-endian (Novell IPX; ``shared/docs/protocols.md`` section 3.1).
 * Rule 2. ``parse_packet`` accepts a datagram only when it is at least 30 bytes long, its
   checksum is 0xFFFF (RFC 1234: "implementations should ignore packets with any other value"),
-  its Length field equals the datagram length and its hop count is below 16 (IPX routers
-  discard a packet after 16 hops). Anything else raises ``WireError`` with the reason.
+  and its Length field equals the datagram length. Anything else raises ``WireError`` with the
+  reason. The hop count is decoded but not judged here: the limit of 16 is a routing rule,
+  applied by the switch on links between bridges (policy/switch.py).
 * Rule 3. The payload is returned as a zero-copy ``memoryview`` of the datagram.
 
 Node addressing: DOSBox puts the client's IPv4 address and UDP port in the six node bytes
@@ -29,7 +30,7 @@ _HEADER: Final = struct.Struct("!HHBB4s6sH4s6sH")
 HEADER_LEN: Final = _HEADER.size  # 30
 
 CHECKSUM_NONE: Final = 0xFFFF  # RFC 1234 "Reserved packets": IPX never checksums.
-MAX_HOPS: Final = 16  # IPX transport control: discarded after 16 hops.
+MAX_HOPS: Final = 16  # IPX transport control: a router discards a packet after 16 hops.
 MAX_DATAGRAM: Final = 65_507  # largest UDP payload over IPv4.
 
 BROADCAST_NODE: Final = b"\xff" * 6
@@ -118,7 +119,11 @@ def parse_header(data: bytes | memoryview) -> IpxHeader:
 
     Raises:
         WireError: ``truncated`` (< 30 bytes), ``bad_checksum`` (not 0xFFFF),
-            ``bad_length`` (Length field != datagram length) or ``hop_limit`` (>= 16 hops).
+            or ``bad_length`` (Length field != datagram length).
+
+    The transport-control (hop) byte is decoded, not judged: whether a hop count is too high
+    is a routing rule of the switch, and DOSBox clients send whatever the DOS program left in
+    that byte (protocols.md 4.1), so the codec must not reject it.
     """
     size = len(data)
     if size < HEADER_LEN:
@@ -128,8 +133,6 @@ def parse_header(data: bytes | memoryview) -> IpxHeader:
         raise WireError("bad_checksum", f"checksum 0x{header.checksum:04x}, expected 0xffff")
     if header.length != size:
         raise WireError("bad_length", f"length field {header.length} but datagram is {size}")
-    if header.hops >= MAX_HOPS:
-        raise WireError("hop_limit", f"hop count {header.hops}")
     return header
 
 

@@ -325,7 +325,16 @@ def check_switch(data: bytes) -> None:
             header = ipx.parse_header(packet)
             out = ipx.parse_header(decision.packet)
             assert decision.packet[5:] == packet[5:]
-            assert out.hops in (header.hops, header.hops + 1)
+            # Hop byte: a peer's count + 1; a client's taken as 0 (protocols.md 4.1);
+            # coalesced datagrams untouched.
+            if header.is_coalesced:
+                assert out.hops == header.hops
+            elif src in switch.peers:
+                assert out.hops == header.hops + 1
+            else:
+                assert out.hops == 1
+            if decision.reason == "flooded":  # unknown unicast: never to a DOSBox client
+                assert set(decision.targets) <= set(switch.peers)
         assert len(switch.clients) <= SWITCH_SETTINGS.max_clients
         assert switch.learned_nodes <= SWITCH_SETTINGS.max_learned_nodes
         for _ping, to in switch.tick(now):

@@ -228,6 +228,23 @@ class Client:
         )
         self.sock.sendto(pkt, self.server)
 
+    def answer_keepalive(self, timeout: float = 5.0) -> None:
+        """Wait for the bridge's ping and answer it, as DOSBox does (protocols.md 4.6).
+
+        A client that has sent nothing since registering is unverified and gets only a small
+        budget (policy/switch.py rule 2); a real DOSBox client leaves it by answering the
+        probe the bridge sends a second after registration. Stand-ins that only listen call
+        this before a test sends them more than that budget.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            data, _ = self.sock.recvfrom(70_000)
+            header = ipx.parse_header(data)
+            if header.is_echo and header.is_broadcast:
+                self.sock.sendto(ipx.build_ping_reply(header.src_node, self.node), self.server)
+                return
+        raise TimeoutError("no keepalive from the bridge")
+
     def receive(self, sock: int = 0x4545) -> tuple[ipx.IpxHeader, bytes]:
         """Next packet on the data socket (keepalive pings are skipped)."""
         while True:

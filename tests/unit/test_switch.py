@@ -72,17 +72,61 @@ def test_unregistered_sender_is_dropped() -> None:
 
 
 def test_broadcast_goes_to_all_but_ingress_with_hop_incremented() -> None:
-    sw = make()
+    sw = make(peers=(PEER,))
     for addr in (A, B, C):
         register(sw, addr)
-    pkt = data(node(A), hops=2)
-    d = sw.handle(pkt, A, 1.0)
+    pkt = data(ipx.dosbox_node("172.16.0.5", 5000), hops=2)
+    d = sw.handle(pkt, PEER, 1.0)
     assert d.outcome is Outcome.FORWARDED
     assert d.reason == "broadcast"
-    assert set(d.targets) == {B, C}
+    assert set(d.targets) == {A, B, C}
     assert d.packet is not None
-    assert d.packet[4] == 3
+    assert d.packet[4] == 3  # a peer's count is kept and incremented
     assert d.packet[5:] == pkt[5:]
+
+
+def test_dosbox_client_hop_byte_is_taken_as_zero() -> None:
+    # DOSBox never writes transport control: it carries whatever the DOS program left in
+    # its buffer (protocols.md 4.1). 0x5A is such garbage; the old switch dropped it.
+    sw = make(peers=(PEER,))
+    register(sw, A)
+    register(sw, B)
+    pkt = data(node(A), hops=0x5A)
+    d = sw.handle(pkt, A, 1.0)
+    assert (d.outcome, d.reason) == (Outcome.FORWARDED, "broadcast")
+    assert set(d.targets) == {B, PEER}
+    assert d.packet is not None
+    assert d.packet[4] == 1  # counted from 0: one trip through this bridge
+    assert d.packet[5:] == pkt[5:]
+
+
+def test_ping_pong_of_40_round_trips_between_two_clients() -> None:
+    # A game answering from its receive buffer sends back the hop count it received, so the
+    # byte climbs by one per trip through the bridge (protocols.md 4.1). Each client here
+    # copies the received byte into its answer, as such a DOS program does.
+    sw = make()
+    register(sw, A)
+    register(sw, B)
+    hops = 0
+    src, dst = A, B
+    for i in range(80):  # 40 round trips
+        pkt = data(node(src), dst=node(dst), payload=i.to_bytes(2, "big"), hops=hops)
+        d = sw.handle(pkt, src, 1.0 + 0.01 * i)
+        assert (d.outcome, d.targets) == (Outcome.FORWARDED, (dst,)), (i, d.reason)
+        assert d.packet is not None
+        hops = d.packet[4]
+        src, dst = dst, src
+
+
+def test_hop_limit_still_ends_loops_between_bridges() -> None:
+    sw = make(peers=(PEER, PEER2))
+    register(sw, A)
+    remote = ipx.dosbox_node("172.16.0.5", 5000)
+    d = sw.handle(data(remote, hops=15), PEER, 0.0)
+    assert (d.outcome, d.reason) == (Outcome.DROPPED, "hop_limit")
+    d = sw.handle(data(remote, hops=14, payload=b"y"), PEER, 0.0)
+    assert d.packet is not None
+    assert d.packet[4] == 15
 
 
 def test_unicast_goes_to_owner_only() -> None:
@@ -93,13 +137,26 @@ def test_unicast_goes_to_owner_only() -> None:
     assert (d.outcome, d.reason, d.targets) == (Outcome.FORWARDED, "unicast", (C,))
 
 
-def test_unknown_unicast_is_flooded_and_marked() -> None:
+def test_unknown_unicast_never_reaches_dosbox_clients() -> None:
+    # A DOSBox client does not check the destination node (protocols.md 4.4): a flooded
+    # unicast would reach each game as if addressed to it. DOSBox's own server drops it.
     sw = make()
     for addr in (A, B, C):
         register(sw, addr)
     d = sw.handle(data(node(A), dst=b"\x01\x02\x03\x04\x05\x06"), A, 1.0)
+    assert (d.outcome, d.reason, d.targets) == (Outcome.DROPPED, "unknown_destination", ())
+
+
+def test_unknown_unicast_goes_to_peers_only_marked_flooded() -> None:
+    sw = make(peers=(PEER, PEER2))
+    for addr in (A, B):
+        register(sw, addr)
+    d = sw.handle(data(node(A), dst=b"\x01\x02\x03\x04\x05\x06"), A, 1.0)
     assert (d.outcome, d.reason) == (Outcome.FORWARDED, "flooded")
-    assert set(d.targets) == {B, C}
+    assert set(d.targets) == {PEER, PEER2}
+    # from a peer: the other peers may own it, the ingress and the clients never get it
+    d = sw.handle(data(ipx.dosbox_node("172.16.0.5", 5000), dst=b"\x0a" * 6), PEER, 1.0)
+    assert (d.reason, d.targets) == ("flooded", (PEER2,))
 
 
 def test_spoofed_source_node_is_dropped() -> None:
@@ -147,29 +204,90 @@ def test_lone_client_ping_still_gets_the_bridge_answer() -> None:
 def test_keepalive_to_idle_clients_and_reply_consumed() -> None:
     sw = make(keepalive_interval=5.0)
     register(sw, A, now=0.0)
-    assert sw.tick(4.0) == []
-    out = sw.tick(5.0)
+    assert sw.tick(0.9) == []  # the registration reply must not be overtaken
+    out = sw.tick(1.0)  # a new client is probed after 1 s, so a real one verifies quickly
     assert out == [(ipx.build_ping(SERVER_NODE), A)]
     hdr = ipx.parse_header(out[0][0])
     assert (hdr.checksum, hdr.length) == (0xFFFF, 30)  # well-formed, unlike ipxbox's
-    assert sw.tick(6.0) == []  # not again before the interval
+    assert sw.tick(5.9) == []  # not again before the interval
     reply = ipx.build_ping_reply(SERVER_NODE, node(A))
     d = sw.handle(reply, A, 6.5)
     assert (d.outcome, d.reason) == (Outcome.CONTROL, "ping_reply")
     assert sw.clients[A].verified
+    assert sw.tick(11.0) == []  # a verified client is pinged after 5 s of silence
+    assert sw.tick(11.5) == [(ipx.build_ping(SERVER_NODE), A)]
 
 
-def test_unanswered_registration_gets_bounded_probes_then_expires() -> None:
-    sw = make(keepalive_interval=5.0, unverified_probes=3)
+def test_silent_client_gets_bounded_probes_and_stays_until_idle_timeout() -> None:
+    # IPXWrapper never answers socket-2 pings and sends no keepalive (protocols.md 6): it
+    # must stay registered (the old switch dropped it after 3 probes, ~20 s).
+    sw = make(keepalive_interval=5.0, unverified_probes=3, idle_timeout=600.0)
     register(sw, A, now=0.0)
     sent = 0
     t = 0.0
-    while t < 120 and A in sw.clients:
+    while t < 599:
         t += 1.0
         sent += len(sw.tick(t))
+    assert A in sw.clients
+    assert sent == 3  # a spoofed registration still draws a bounded number of keepalives
+    sw.tick(600.5)
     assert A not in sw.clients
-    assert sent == 3
-    assert "unverified" in [e.kind for e in sw.pop_events()]
+    assert [e.kind for e in sw.pop_events()] == ["registered", "expired"]
+
+
+def test_silent_dplay_host_answers_an_enumeration_60_s_after_registering() -> None:
+    # Stands in for a DirectPlay host behind IPXWrapper: registers, never answers the
+    # keepalives, then answers the EnumSessions it receives 60 s later (protocols.md 1.9, 6).
+    sw = make(keepalive_interval=5.0)
+    host, player = A, B
+    register(sw, host, now=0.0)
+    for t in range(1, 61):
+        sw.tick(float(t))
+    register(sw, player, now=60.0)
+    enum = data(node(player), sock=0xA57F, payload=b"play\x02\x00\x0e\x00" + bytes(24))
+    d = sw.handle(enum, player, 60.5)
+    assert (d.outcome, d.targets, d.held) == (Outcome.FORWARDED, (host,), 0)
+    reply = data(node(host), dst=node(player), sock=0x4002, payload=b"play\x01\x00")
+    d = sw.handle(reply, host, 60.6)
+    assert (d.outcome, d.reason, d.targets) == (Outcome.FORWARDED, "unicast", (player,))
+    assert sw.clients[host].verified
+
+
+def test_unverified_client_is_sent_only_its_budget_and_the_rest_is_counted() -> None:
+    sw = make(
+        unverified_packets_per_second=4.0,
+        unverified_packet_burst=8,
+        unverified_bytes_per_second=2048.0,
+        unverified_byte_burst=4096,
+    )
+    register(sw, A)  # talks, so verified
+    register(sw, B)  # silent: registration may have been spoofed
+    register(sw, C)
+    d = sw.handle(data(node(C), payload=b"hello"), C, 0.0)
+    assert B in d.targets  # C's first packet reaches B too: one packet of B's budget spent
+    got_b = held = 0
+    for i in range(129):  # 129 broadcasts over exactly one second (binary-exact steps)
+        d = sw.handle(data(node(A), payload=i.to_bytes(2, "big")), A, i / 128)
+        assert d.outcome is Outcome.FORWARDED
+        assert C in d.targets  # verified clients are never held
+        got_b += B in d.targets
+        held += d.held
+    assert got_b == 8 - 1 + 4  # the rest of the burst, then 4/s over the second
+    assert held == 129 - got_b
+    # bytes are bounded as well: a 1424-byte packet fits the byte burst once, not twice
+    sw2 = make()
+    register(sw2, A)
+    register(sw2, B)
+    big = [data(node(A), payload=bytes([i]) * 1394) for i in range(3)]
+    outcomes = [sw2.handle(p, A, 0.0) for p in big]
+    assert [(d.outcome, d.reason, d.held) for d in outcomes] == [
+        (Outcome.FORWARDED, "broadcast", 0),
+        (Outcome.FORWARDED, "broadcast", 0),
+        (Outcome.DROPPED, "unverified_budget", 1),
+    ]
+    # once B says anything it is verified and unlimited
+    sw2.handle(data(node(B), payload=b"me"), B, 0.1)
+    assert sw2.handle(big[2], A, 0.2).targets == (B,)
 
 
 def test_verified_client_idles_out_after_idle_timeout_only() -> None:
@@ -224,7 +342,7 @@ def test_learned_node_expires() -> None:
     sw.tick(301.0)
     sw.handle(data(node(A)), A, 301.0)  # keep A verified and alive
     d = sw.handle(data(node(A), dst=remote, payload=b"x"), A, 302.0)
-    assert d.reason == "flooded"
+    assert (d.reason, set(d.targets)) == ("flooded", {PEER, PEER2})
 
 
 def test_registration_from_a_peer_is_refused() -> None:
@@ -255,13 +373,13 @@ def test_duplicate_via_other_port_dropped_same_port_repeats_pass() -> None:
         assert sw.handle(first, PEER, 0.5 * i).outcome is Outcome.FORWARDED
 
 
-def test_hop_limit_on_forward() -> None:
+def test_hop_byte_from_a_client_never_drops() -> None:
     sw = make()
     register(sw, A)
     register(sw, B)
-    d = sw.handle(data(node(A), hops=15), A, 0.0)
-    assert (d.outcome, d.reason) == (Outcome.DROPPED, "hop_limit")
-    assert sw.handle(data(node(A), hops=14, payload=b"y"), A, 0.0).packet is not None
+    for hops in (15, 16, 0xFF):
+        d = sw.handle(data(node(A), hops=hops, payload=bytes([hops])), A, 0.0)
+        assert (d.outcome, d.targets) == (Outcome.FORWARDED, (B,)), hops
 
 
 def test_coalesced_datagram_passes_unchanged() -> None:
