@@ -1,18 +1,28 @@
-"""A small pcap reader: classic libpcap files, IPv4 over Ethernet, Linux cooked or raw IP.
+"""Captured packets down to their transport payload: link layer, IPv4, then UDP or TCP.
 
-Enough for ``ipxbridge decode --pcap``: each record yields the transport (udp/tcp), addresses,
-ports and payload. Contract: never raises anything but ``PcapError`` (for the file) and never
-fails a whole file for one bad record: such a record is returned with ``error`` set.
+Two pure pieces for ``ipxbridge decode --pcap``:
+
+* :func:`decode_link` takes one captured packet and its link type (Ethernet with or without
+  one 802.1Q tag, Linux cooked v1 and v2, raw IPv4) and yields the transport (udp/tcp),
+  addresses, ports and payload, or the reason it cannot.
+* :func:`read_pcap` reads a classic libpcap file (both byte orders, micro- or nanosecond
+  timestamps). pcapng files are read by ``ipxbridge.io.capture``, which wraps a library and
+  hands each packet to :func:`decode_link`.
+
+Contract: never raises anything but ``PcapError`` (for the file), whose ``reason`` is one of
+``PCAP_REASONS``, and never fails a whole file for one bad record: such a record is returned
+as a ``Frame`` with ``error`` set.
 """
 
 import ipaddress
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal, get_args
 
 from ipxbridge.errors import IpxbridgeError
 
+# Link types: https://www.tcpdump.org/linktypes.html (the same numbers in pcap and pcapng)
 LINKTYPE_ETHERNET: Final = 1
 LINKTYPE_RAW: Final = 101  # also 12 and 14 on some systems
 LINKTYPE_RAW_ALIASES: Final = frozenset({12, 14, 101, 228})
@@ -21,9 +31,29 @@ LINKTYPE_LINUX_SLL2: Final = 276
 ETHERTYPE_IPV4: Final = 0x0800
 ETHERTYPE_VLAN: Final = 0x8100
 
+PcapReason = Literal["too_short", "bad_magic", "truncated", "malformed", "unsupported"]
+"""Why a whole capture file is unreadable:
+
+* ``too_short``: shorter than a classic pcap file header;
+* ``bad_magic``: neither pcap nor pcapng (or a pcapng byte-order magic that is neither);
+* ``truncated``: a pcapng file that ends inside a block before its first packet;
+* ``malformed``: a pcapng block that does not decode, before the first packet;
+* ``unsupported``: a pcapng section of another major version than 1.
+"""
+
+PCAP_REASONS: Final[tuple[PcapReason, ...]] = get_args(PcapReason)
+
 
 class PcapError(IpxbridgeError):
-    """The file is not a readable classic pcap."""
+    """The capture file is unreadable; ``str()`` is the one-line message for the user.
+
+    Attributes:
+        reason: machine-readable cause, one of ``PCAP_REASONS``.
+    """
+
+    def __init__(self, reason: PcapReason, message: str) -> None:
+        super().__init__(message)
+        self.reason: PcapReason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +61,7 @@ class Frame:
     """One captured record, decoded down to its transport payload."""
 
     number: int
-    timestamp: float
+    timestamp: float | None  # seconds since the epoch; None: the record carries none
     transport: str | None = None  # "udp" | "tcp" | None
     src: str = ""
     dst: str = ""
@@ -45,19 +75,20 @@ def read_pcap(data: bytes) -> Iterator[Frame]:
     """Yield every record of a classic pcap file.
 
     Raises:
-        PcapError: unknown magic or a truncated global header (pcapng is not supported).
+        PcapError: a truncated global header (``too_short``) or an unknown magic
+            (``bad_magic``; pcapng too: ``ipxbridge.io.capture.read_capture`` reads both).
     """
     if len(data) < 24:
-        raise PcapError("file too short for a pcap header")
+        raise PcapError("too_short", "file too short for a pcap header")
     magic = data[:4]
     if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
         endian = "<"
     elif magic in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
         endian = ">"
     elif magic == b"\x0a\x0d\x0d\x0a":
-        raise PcapError("pcapng is not supported; convert with: editcap -F pcap IN OUT")
+        raise PcapError("bad_magic", "a pcapng file, not classic pcap")
     else:
-        raise PcapError("not a pcap file (bad magic)")
+        raise PcapError("bad_magic", "not a pcap file (bad magic)")
     nanos = magic in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
     linktype = struct.unpack_from(endian + "I", data, 20)[0] & 0x0FFFFFFF
     record = struct.Struct(endian + "IIII")
@@ -73,10 +104,14 @@ def read_pcap(data: bytes) -> Iterator[Frame]:
         if len(packet) < caplen:
             yield Frame(number, ts, error="truncated record")
             return
-        yield _decode(number, ts, linktype, packet)
+        yield decode_link(number, ts, linktype, packet)
 
 
-def _decode(number: int, ts: float, linktype: int, pkt: bytes) -> Frame:
+def decode_link(number: int, ts: float | None, linktype: int, pkt: bytes) -> Frame:
+    """One captured packet of link type ``linktype``, down to its UDP or TCP payload.
+
+    Never raises: a packet that does not decode is a ``Frame`` with ``error`` set.
+    """
     if linktype == LINKTYPE_ETHERNET:
         if len(pkt) < 14:
             return Frame(number, ts, error="truncated Ethernet header")
@@ -104,7 +139,7 @@ def _decode(number: int, ts: float, linktype: int, pkt: bytes) -> Frame:
     return _decode_ipv4(number, ts, pkt[start:])
 
 
-def _decode_ipv4(number: int, ts: float, ip: bytes) -> Frame:
+def _decode_ipv4(number: int, ts: float | None, ip: bytes) -> Frame:
     if len(ip) < 20 or ip[0] >> 4 != 4:
         return Frame(number, ts, error="not an IPv4 packet")
     ihl = (ip[0] & 0x0F) * 4
