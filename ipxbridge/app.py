@@ -1,11 +1,13 @@
 """Composition root: builds the parts from a ``Config`` and runs them until a signal."""
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -25,7 +27,7 @@ from ipxbridge.io.relay import (
     raw_sockets_allowed,
 )
 from ipxbridge.io.udp import IpxEndpoint, make_server_node_lookup, open_udp_socket
-from ipxbridge.io.wireguard import wireguard_peers
+from ipxbridge.io.wireguard import read_wireguard_peers
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.obs.http import HttpServer, Response, text
 from ipxbridge.obs.logging import setup_logging
@@ -45,6 +47,7 @@ from ipxbridge.policy.relay import (
     Selection,
     SourceMode,
     build_plan,
+    wireguard_reads,
 )
 from ipxbridge.policy.sessions import SessionTable, session_json
 from ipxbridge.policy.switch import IpxSwitch, SwitchSettings
@@ -98,6 +101,13 @@ class Bridge:
         self.fanout: KernelFanout | None = None
         self._plan: tuple[Egress, ...] | None = None
         self._selections: tuple[Selection, ...] = ()
+        # WireGuard peers by interface, as last read off the loop (_read_peers); one worker,
+        # so a stuck UAPI socket holds one thread, never the loop or a growing queue.
+        self._wg_peers: dict[str, list[str]] = {}
+        self._wg_executor: ThreadPoolExecutor | None = None
+        self._peer_task: asyncio.Task[None] | None = None
+        self._peers_stale = False
+        self._planning = False  # set once the first plan (with peers) is in place
         self.started = False
         self.reload_ok = True
         self.reload_success_at = time.time()
@@ -208,6 +218,10 @@ class Bridge:
         self._selections = tuple(Selection(i.name, i.role, i.peers) for i in cfg.interfaces)
         self.watcher = TopologyWatcher(self._on_topology)
         await self.watcher.start()
+        # The first plan waits for the WireGuard peers (read off the loop, which meanwhile
+        # serves the IPX tunnel), so the plan logged as "relaying between" is complete.
+        await self._read_peers()
+        self._planning = True
         logger.info(
             "broadcast relay on udp ports %s, source mode %s, copies made by %s",
             ", ".join(map(str, cfg.ports)),
@@ -216,10 +230,50 @@ class Bridge:
         )
 
     def _on_topology(self, topology: Topology) -> None:
-        """Rebuild the relay plan after a link, address or route change."""
+        """Rebuild the relay plan after a link, address or route change.
+
+        Runs on the loop and never blocks: the plan is rebuilt at once with the WireGuard
+        peers last read, and a re-read starts in a worker thread; its result re-plans.
+        """
         if self.relay is None:
             return
-        egresses, own, bcasts = build_plan(topology, self._selections, wireguard_peers)
+        if not self._planning:  # start() is reading the peers and plans after that
+            self._peers_stale = True
+            return
+        self._apply_plan(topology)
+        self._refresh_peers()
+
+    def _refresh_peers(self) -> None:
+        """Re-read the WireGuard peers in the background (one read at a time)."""
+        if self._peer_task is not None and not self._peer_task.done():
+            self._peers_stale = True  # the running read goes round once more
+            return
+        self._peer_task = asyncio.create_task(self._read_peers(), name="wireguard-peers")
+
+    async def _read_peers(self) -> None:
+        """Read the peers of the plan's WireGuard interfaces off the loop, then re-plan.
+
+        Never raises (but for cancellation): a failed re-plan is logged and the old plan
+        stays, as a failing topology callback is (``TopologyWatcher``).
+        """
+        while self.relay is not None and self.watcher is not None:
+            self._peers_stale = False
+            try:
+                names = wireguard_reads(self.watcher.topology, self._selections)
+                if names:
+                    if self._wg_executor is None:
+                        self._wg_executor = ThreadPoolExecutor(1, thread_name_prefix="wg-peers")
+                    self._wg_peers = await read_wireguard_peers(names, self._wg_executor)
+                self._apply_plan(self.watcher.topology)  # the topology may have moved meanwhile
+            except Exception:
+                logger.exception("rebuilding the relay plan failed")
+            if not self._peers_stale:
+                return
+
+    def _apply_plan(self, topology: Topology) -> None:
+        if self.relay is None:
+            return
+        egresses, own, bcasts = build_plan(topology, self._selections, self._wg_peers)
         self.relay.apply_plan(egresses, own, bcasts)
         if egresses == self._plan:
             return
@@ -339,7 +393,7 @@ class Bridge:
             self.relay.policy.set_window(new.relay.dedup_window)
             if self.watcher is not None:
                 self._plan = None  # log the plan again
-                self._on_topology(self.watcher.topology)
+                self._on_topology(self.watcher.topology)  # new selections may name new peers
         self.reload_ok = True
         self.reload_success_at = time.time()
         logger.info("configuration reloaded")
@@ -494,11 +548,12 @@ class Bridge:
                 if self.fanout is not None and now >= self._next_kernel_read:
                     self._next_kernel_read = now + 5.0
                     self._kernel_copies = self.fanout.copies_by_egress()
-                # WireGuard peer changes (wg set) raise no netlink event: re-read them.
+                # WireGuard peer changes (wg set) raise no netlink event: re-read them, off
+                # the loop (the read can block for seconds; issue item 6).
                 if self.watcher is not None and now >= self._next_peer_check:
                     self._next_peer_check = now + PEER_REFRESH_SECONDS
-                    if any(e.role == "p2p" for e in self._plan or ()):
-                        self._on_topology(self.watcher.topology)
+                    if self._planning and any(e.role == "p2p" for e in self._plan or ()):
+                        self._refresh_peers()
             interval = self.config.directplay.probe_interval
             if interval > 0 and now >= self._next_probe:
                 self._next_probe = now + interval
@@ -521,6 +576,13 @@ class Bridge:
             await self.prober.close()
         if self.watcher is not None:
             await self.watcher.close()
+        if self._peer_task is not None:
+            self._peer_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._peer_task
+        if self._wg_executor is not None:
+            # A read stuck in the worker ends at its own timeout; stop() does not wait for it.
+            self._wg_executor.shutdown(wait=False, cancel_futures=True)
         if self.fanout is not None:
             kernel = self.fanout.copies_by_egress()
             self.fanout.remove()

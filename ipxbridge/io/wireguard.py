@@ -16,10 +16,19 @@ Two sources, in order:
    interface names there.
 2. Kernel WireGuard over generic netlink (pyroute2, in ``io/netlink.py``); the kernel here
    has no ``CONFIG_WIREGUARD``, so this path returns nothing on this box.
+
+Both block (a socket timeout, a thread join): a stuck wireguard-go costs about 1 s per
+interface and a slow generic netlink up to 3 s. The event loop must never wait for that (it
+carries every datagram and ``/-/healthy``), so the bridge calls :func:`read_wireguard_peers`,
+which runs the reads in a worker thread and returns the result for the pure planner
+(``policy.relay.build_plan``).
 """
 
+import asyncio
 import logging
 import socket
+from collections.abc import Iterable
+from concurrent.futures import Executor
 from typing import Final
 
 from ipxbridge.io.netlink import uapi_socket, wireguard_allowed_ips
@@ -93,3 +102,22 @@ def wireguard_peers(ifname: str) -> list[str]:
     except Exception:  # documented never to raise: a bug here must not stop the relay
         logger.exception("reading WireGuard peers of %s failed", ifname)
         return []
+
+
+async def read_wireguard_peers(
+    names: Iterable[str], executor: Executor | None = None
+) -> dict[str, list[str]]:
+    """:func:`wireguard_peers` of each interface, read in ``executor`` (a worker thread).
+
+    The caller's event loop keeps running while the reads block. The worker thread is created
+    from the loop's thread, so it reads in the same network namespace.
+
+    Raises:
+        Nothing but ``asyncio.CancelledError`` (the reads themselves never raise).
+    """
+    wanted = tuple(names)
+
+    def read_all() -> dict[str, list[str]]:
+        return {name: wireguard_peers(name) for name in wanted}
+
+    return await asyncio.get_running_loop().run_in_executor(executor, read_all)

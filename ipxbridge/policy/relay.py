@@ -34,13 +34,13 @@ property test hold it to that in both source modes).
 Pure: ``now`` is passed in.
 """
 
-from collections.abc import Callable
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Final
 
 from ipxbridge.policy.dedup import LoopFilter
-from ipxbridge.policy.topology import Topology, select
+from ipxbridge.policy.topology import Interface, Topology, select
 from ipxbridge.wire.directplay import DPlayError, DPlayKind, classify, rewrite_sockaddr
 
 LIMITED_BROADCAST: Final = "255.255.255.255"
@@ -232,16 +232,48 @@ class Selection:
     peers: tuple[str, ...] = ()
 
 
+def _chosen(
+    topology: Topology, selections: tuple[Selection, ...]
+) -> Iterator[tuple[Interface, Selection, str]]:
+    """(interface, its selection, role) for every interface the relay uses.
+
+    That is every interface that matches a selection, is up and has an IPv4 address; the
+    first matching selection decides its role.
+    """
+    seen: set[int] = set()
+    for sel in selections:
+        for iface in select(topology, [sel.pattern]):
+            if iface.index in seen or not iface.up or not iface.addresses:
+                continue
+            seen.add(iface.index)
+            yield iface, sel, iface.role if sel.role == "auto" else sel.role
+
+
+def wireguard_reads(topology: Topology, selections: tuple[Selection, ...]) -> tuple[str, ...]:
+    """The WireGuard interfaces whose peers ``build_plan`` needs: p2p, no static peers.
+
+    Reading them is I/O (a UAPI socket or generic netlink, ``io/wireguard.py``) that can take
+    seconds, so the caller does it off the event loop and hands the result to ``build_plan``.
+    """
+    return tuple(
+        iface.name
+        for iface, sel, role in _chosen(topology, selections)
+        if role == "p2p" and not sel.peers and iface.kind == "wireguard"
+    )
+
+
 def build_plan(
     topology: Topology,
     selections: tuple[Selection, ...],
-    peers_for: Callable[[str], list[str]],
+    wireguard_peers: Mapping[str, Sequence[str]],
 ) -> tuple[tuple[Egress, ...], frozenset[str], dict[int, frozenset[str]]]:
     """Turn the live topology and the configuration into relay egresses.
 
     An interface is used when it matches a selection, is up and has an IPv4 address; the
-    first matching selection decides its role and peers. ``peers_for`` reads the WireGuard
-    AllowedIPs of a p2p interface that has no static peers.
+    first matching selection decides its role and peers. A p2p interface without static
+    peers takes its peers from ``wireguard_peers`` (by interface name, as last read for the
+    names ``wireguard_reads`` lists; a name not there has none yet), else its point-to-point
+    peer address.
 
     Returns:
         (egresses, every IPv4 address of the box, subnet broadcasts per interface index).
@@ -252,30 +284,24 @@ def build_plan(
         for i in topology.interfaces
     }
     egresses: list[Egress] = []
-    seen: set[int] = set()
-    for sel in selections:
-        for iface in select(topology, [sel.pattern]):
-            if iface.index in seen or not iface.up or not iface.addresses:
-                continue
-            seen.add(iface.index)
-            role = iface.role if sel.role == "auto" else sel.role
-            first = iface.addresses[0]
-            peers: tuple[str, ...] = ()
-            if role == "p2p":
-                peers = sel.peers or (
-                    tuple(peers_for(iface.name)) if iface.kind == "wireguard" else ()
-                )
-                if not peers and first.peer:
-                    peers = (first.peer,)
-            egresses.append(
-                Egress(
-                    iface.index,
-                    iface.name,
-                    role,
-                    first.address,
-                    first.broadcast if role == "lan" else "",
-                    peers,
-                    iface.mtu,
-                )
+    for iface, sel, role in _chosen(topology, selections):
+        first = iface.addresses[0]
+        peers: tuple[str, ...] = ()
+        if role == "p2p":
+            peers = sel.peers or (
+                tuple(wireguard_peers.get(iface.name, ())) if iface.kind == "wireguard" else ()
             )
+            if not peers and first.peer:
+                peers = (first.peer,)
+        egresses.append(
+            Egress(
+                iface.index,
+                iface.name,
+                role,
+                first.address,
+                first.broadcast if role == "lan" else "",
+                peers,
+                iface.mtu,
+            )
+        )
     return tuple(egresses), own, bcasts

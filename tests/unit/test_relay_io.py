@@ -1,13 +1,21 @@
-"""The relay's receive loop on real loopback sockets: every datagram counted once."""
+"""The relay's I/O side: every datagram counted once (real loopback sockets), and the
+WireGuard peer reads kept off the event loop."""
 
 import asyncio
+import contextlib
 import socket
+import threading
+from pathlib import Path
 
 import pytest
 
+from ipxbridge.app import Bridge
+from ipxbridge.config import Config, load_config
+from ipxbridge.io import netlink
 from ipxbridge.io import relay as relay_io
 from ipxbridge.io.relay import BroadcastRelay
 from ipxbridge.policy.relay import RelayPolicy, RelaySettings
+from ipxbridge.policy.topology import Interface, InterfaceAddress, Topology
 
 
 def free_udp_port() -> int:
@@ -49,3 +57,166 @@ def test_a_truncated_datagram_has_one_outcome_and_an_interface(
     assert sum(counters.received_by_ifindex.values()) == counters.received
     assert not hasattr(counters, "truncated")  # one outcome, one counter
     assert counters.balanced()
+
+
+def interface(index: int, name: str, address: str, *, wireguard: bool) -> Interface:
+    return Interface(
+        index=index,
+        name=name,
+        kind="wireguard" if wireguard else "veth",
+        up=True,
+        broadcast_capable=not wireguard,
+        pointopoint=wireguard,
+        noarp=wireguard,
+        mtu=1420 if wireguard else 1500,
+        addresses=(InterfaceAddress.compute(address, 24),),
+        default_route_metric=None,
+    )
+
+
+class Heartbeat:
+    """A 20 ms timer that records how late the loop ran it: the loop's responsiveness."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + 0.02
+            await asyncio.sleep(0.02)
+            self.worst = max(self.worst, loop.time() - due)
+
+
+@pytest.fixture
+def wg_site(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Config:
+    """A relay over ``lan0`` and the WireGuard interface ``wgs0`` (a fixed topology snapshot),
+    whose wireguard-go UAPI socket is looked for in ``tmp_path``."""
+    monkeypatch.setattr(netlink, "WIREGUARD_UAPI_DIR", tmp_path)
+    topology = Topology(
+        (
+            interface(9001, "lan0", "10.77.1.1", wireguard=False),
+            interface(9002, "wgs0", "10.77.2.1", wireguard=True),
+        )
+    )
+
+    async def fixed() -> Topology:
+        return topology
+
+    monkeypatch.setattr(netlink, "read_topology", fixed)
+    return load_config(
+        None,
+        {},
+        {
+            "ipx": {"listen": "off"},
+            "http": {"listen": "off"},
+            "relay": {
+                "interfaces": [{"name": "lan0"}, {"name": "wgs0"}],
+                "ports": [free_udp_port()],
+                "source_mode": "rewrite",
+                "fast_path": "off",
+            },
+        },
+    )
+
+
+def plan(bridge: Bridge) -> list[tuple[str, tuple[str, ...]]]:
+    assert bridge.relay is not None
+    return [(e.name, e.peers) for e in bridge.relay.policy.egresses]
+
+
+def test_a_stuck_wireguard_uapi_socket_never_stalls_the_loop(
+    wg_site: Config, tmp_path: Path
+) -> None:
+    """Issue item 6: the plan used to read WireGuard peers on the loop (at start and on every
+    10 s refresh); a wireguard-go that accepts and never answers froze forwarding and
+    /-/healthy for the UAPI timeout (1 s per interface). A hung daemon cannot be produced on
+    demand, so a fake UAPI socket stands in for it."""
+    stuck = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stuck.bind(str(tmp_path / "wgs0.sock"))
+    stuck.listen(8)  # connections queue up and are never answered
+
+    async def main() -> tuple[float, float, float]:
+        loop = asyncio.get_running_loop()
+        beat = Heartbeat()
+        ticker = asyncio.create_task(beat.run())
+        bridge = Bridge(wg_site)
+        try:
+            began = loop.time()
+            await bridge.start()  # waits for the first peer read, without blocking the loop
+            start_took = loop.time() - began
+            assert plan(bridge) == [("lan0", ()), ("wgs0", ())]  # the stuck read gave nothing
+            await asyncio.sleep(0.1)  # let the heartbeat see any stall so far
+            at_start = beat.worst
+            beat.worst = 0.0
+            await asyncio.sleep(2.5)  # the first tick re-reads the peers: stuck for 1 s again
+            return at_start, start_took, beat.worst
+        finally:
+            await bridge.stop()
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+
+    try:
+        at_start, start_took, on_refresh = asyncio.run(main())
+        stuck.setblocking(False)
+        reads = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                stuck.accept()[0].close()
+                reads += 1
+    finally:
+        stuck.close()
+    assert reads == 2  # at start, and the first periodic refresh: both really got stuck
+    assert start_took >= 0.9  # the first plan waited for the read...
+    assert at_start < 0.25, f"the loop stalled {at_start:.2f} s at start"  # ...off the loop
+    assert on_refresh < 0.25, f"the loop stalled {on_refresh:.2f} s on the peer refresh"
+
+
+def test_peers_read_off_the_loop_reach_the_plan_and_follow_changes(
+    wg_site: Config, tmp_path: Path
+) -> None:
+    """The read in the worker thread hands its result to the planner: at start, and again
+    when the periodic refresh finds the peers changed (``wg set`` raises no netlink event)."""
+    answers = [["10.77.2.2/32", "10.77.0.0/16"], ["10.77.2.2/32", "10.77.2.3/32"]]
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(tmp_path / "wgs0.sock"))
+    server.listen(8)
+    server.settimeout(0.2)
+    done = threading.Event()
+
+    def serve() -> None:  # a well-behaved wireguard-go: get=1, key=value lines, errno=0
+        served = 0
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.recv(64)
+                allowed = answers[min(served, len(answers) - 1)]
+                lines = ["private_key=00", "public_key=11", *(f"allowed_ip={a}" for a in allowed)]
+                conn.sendall(("\n".join([*lines, "errno=0"]) + "\n\n").encode())
+            served += 1
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    async def main() -> tuple[list[tuple[str, tuple[str, ...]]], ...]:
+        bridge = Bridge(wg_site)
+        try:
+            await bridge.start()
+            first = plan(bridge)
+            await asyncio.sleep(1.5)  # the first tick re-reads
+            return first, plan(bridge)
+        finally:
+            await bridge.stop()
+
+    try:
+        first, refreshed = asyncio.run(main())
+    finally:
+        done.set()
+        thread.join(2)
+        server.close()
+    assert first == [("lan0", ()), ("wgs0", ("10.77.2.2",))]  # /32s only (a subnet is no peer)
+    assert refreshed == [("lan0", ()), ("wgs0", ("10.77.2.2", "10.77.2.3"))]

@@ -16,6 +16,7 @@ from ipxbridge.policy.relay import (
     Selection,
     SourceMode,
     build_plan,
+    wireguard_reads,
 )
 from ipxbridge.policy.topology import Interface, InterfaceAddress, Kind, Topology
 from ipxbridge.wire.directplay import (
@@ -273,7 +274,10 @@ def test_build_plan_roles_peers_and_skips() -> None:
         )
     )
     sels = (Selection("eth*"), Selection("wg0"), Selection("tun0", peers=("10.99.0.7",)))
-    egresses, own, bcasts = build_plan(topo, sels, lambda name: ["10.98.0.2"])
+    # Only wg0 needs its WireGuard peers read (tun0 has static ones, eth1 is down); the
+    # reading is I/O done off the loop (io/wireguard.py), the plan is pure.
+    assert wireguard_reads(topo, sels) == ("wg0",)
+    egresses, own, bcasts = build_plan(topo, sels, {"wg0": ["10.98.0.2"]})
     assert [(e.name, e.role, e.broadcast, e.peers) for e in egresses] == [
         ("eth0", "lan", "10.0.1.255", ()),
         ("wg0", "p2p", "", ("10.98.0.2",)),
@@ -281,6 +285,8 @@ def test_build_plan_roles_peers_and_skips() -> None:
     ]
     assert own == {"10.0.1.1", "10.98.0.1", "10.99.0.1", "10.0.3.1"}
     assert bcasts[2] == {"10.0.1.255"}
+    # peers not read yet: the WireGuard interface is planned with none (until the read lands)
+    assert build_plan(topo, sels, {})[0][1].peers == ()
 
 
 def test_nft_ruleset_copies_and_loop_guard() -> None:
