@@ -3,6 +3,15 @@
 ``vectors.txt`` is a commented hex dump: a ``## name  description (N bytes)`` line, then
 ``OOOO  xx xx ...`` rows. ``dplay_vectors.pcap`` holds the same frames inside Ethernet/IPv4
 (protocols.md 9, 4.2); ``dplay_over_ipx.lua`` lets tshark decode DirectPlay inside IPX.
+
+Two pcapng files, made by Wireshark 4.0's tools (``tests/integration/test_pcapng.py`` makes
+them again and checks they decode alike):
+
+* ``dplay_vectors.pcapng``: ``editcap -F pcapng dplay_vectors.pcap``;
+* ``dplay_interfaces.pcapng``: four interfaces in one section (``make_interfaces_pcapng``):
+  that conversion (Ethernet, microseconds), DirectPlay 4 enumerations over raw IP
+  (``text2pcap -l 101``), and the two IPX vectors captured live by ``dumpcap -i lo -i any``
+  (Ethernet and Linux cooked, nanoseconds), joined by ``mergecap -a -F pcapng``.
 """
 
 import re
@@ -13,6 +22,8 @@ from typing import Final
 VECTOR_DIR: Final = Path(__file__).resolve().parent
 VECTORS_TXT: Final = VECTOR_DIR / "vectors.txt"
 VECTORS_PCAP: Final = VECTOR_DIR / "dplay_vectors.pcap"
+VECTORS_PCAPNG: Final = VECTOR_DIR / "dplay_vectors.pcapng"
+VECTORS_INTERFACES: Final = VECTOR_DIR / "dplay_interfaces.pcapng"
 LUA_SHIM: Final = VECTOR_DIR / "dplay_over_ipx.lua"
 
 _TITLE = re.compile(r"^## (\S+)\s+(.*?)\s+\((\d+) bytes\)\s*$")
