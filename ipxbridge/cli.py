@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     dec = sub.add_parser("decode", help="decode IPX / DirectPlay frames offline")
     src = dec.add_mutually_exclusive_group(required=True)
     src.add_argument("--hex", metavar="HEX", help="one frame as hex (spaces allowed)")
-    src.add_argument("--pcap", type=Path, metavar="FILE", help="a classic pcap file")
+    src.add_argument("--pcap", type=Path, metavar="FILE", help="a capture file: pcap or pcapng")
     dec.add_argument("--json", action="store_true", help="JSON list, one object per frame")
 
     ses = sub.add_parser("sessions", help="list DirectPlay game sessions")
