@@ -8,7 +8,7 @@ import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final
+from typing import Any, Final, TypeVar, TypeVarTuple, Unpack
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -78,6 +78,15 @@ def switch_settings(config: Config) -> SwitchSettings:
     )
 
 
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
+Plan = tuple[Egress, ...]
+
+
+def _nothing() -> None:
+    """A no-op job: awaiting it on a FIFO worker waits for what was queued before it."""
+
+
 def json_response(data: Any) -> Response:  # noqa: ANN401 - any JSON value
     """A JSON HTTP response."""
     return Response(200, "application/json", (json.dumps(data, indent=1) + "\n").encode())
@@ -120,6 +129,11 @@ class Bridge:
         self.latency = LatencyHistogram()
         self._kernel_copies: dict[str, int] = {}
         self._next_kernel_read = 0.0
+        # nft runs for up to 10 s (its timeout): installs and counter reads go to one worker
+        # thread of their own, in order, never on the loop (issue 10 item 6) and never queued
+        # behind a stuck WireGuard read.
+        self._nft_executor: ThreadPoolExecutor | None = None
+        self._kernel_read: asyncio.Future[dict[str, int]] | None = None
         self._registry = make_registry(self)
 
     async def start(self) -> None:
@@ -221,6 +235,8 @@ class Bridge:
         # The first plan waits for the WireGuard peers (read off the loop, which meanwhile
         # serves the IPX tunnel), so the plan logged as "relaying between" is complete.
         await self._read_peers()
+        if self._nft_executor is not None:
+            await self._nft(_nothing)  # FIFO: the first fast-path install has finished
         self._planning = True
         logger.info(
             "broadcast relay on udp ports %s, source mode %s, copies made by %s",
@@ -277,9 +293,30 @@ class Bridge:
         self.relay.apply_plan(egresses, own, bcasts)
         if egresses == self._plan:
             return
-        if self.fanout is not None and not self.fanout.install(egresses):
-            logger.error("kernel fast path failed; broadcasts are NOT being relayed")
         self._plan = egresses
+        if self.fanout is not None:
+            # Say "relaying between" only once the kernel really copies (the log tells the
+            # truth, and start-up readiness waits for it).
+            self._nft(self.fanout.install, egresses).add_done_callback(
+                lambda future: self._fast_path_installed(future, egresses)
+            )
+        else:
+            self._log_plan(egresses)
+
+    def _fast_path_installed(self, future: "asyncio.Future[bool]", egresses: Plan) -> None:
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is not None or not future.result():
+            logger.error(
+                "kernel fast path failed%s; broadcasts are NOT being relayed",
+                f" ({exc})" if exc is not None else "",
+            )
+            return
+        self._log_plan(egresses)
+
+    def _log_plan(self, egresses: Plan) -> None:
+        assert self.relay is not None  # noqa: S101
         parts = []
         for e in egresses:
             if e.role == "lan":
@@ -537,6 +574,17 @@ class Bridge:
         ]
         return out
 
+    def _nft(self, call: Callable[[Unpack[_Ts]], _T], *args: *_Ts) -> asyncio.Future[_T]:
+        """Run an nft call on the fast path's own worker thread (FIFO, off the loop)."""
+        assert self._loop is not None  # noqa: S101
+        if self._nft_executor is None:
+            self._nft_executor = ThreadPoolExecutor(1, thread_name_prefix="nft")
+        return self._loop.run_in_executor(self._nft_executor, call, *args)
+
+    def _kernel_copies_read(self, future: "asyncio.Future[dict[str, int]]") -> None:
+        if not future.cancelled() and future.exception() is None:
+            self._kernel_copies = future.result()
+
     def _tick(self) -> None:
         assert self._loop is not None  # noqa: S101
         now = self._loop.time()
@@ -545,9 +593,14 @@ class Bridge:
             self.inspector.tick(now)
             if self.relay is not None:
                 self.relay.tick(now)
-                if self.fanout is not None and now >= self._next_kernel_read:
+                if (
+                    self.fanout is not None
+                    and now >= self._next_kernel_read
+                    and (self._kernel_read is None or self._kernel_read.done())
+                ):
                     self._next_kernel_read = now + 5.0
-                    self._kernel_copies = self.fanout.copies_by_egress()
+                    self._kernel_read = self._nft(self.fanout.copies_by_egress)
+                    self._kernel_read.add_done_callback(self._kernel_copies_read)
                 # WireGuard peer changes (wg set) raise no netlink event: re-read them, off
                 # the loop (the read can block for seconds; issue item 6).
                 if self.watcher is not None and now >= self._next_peer_check:
@@ -584,6 +637,10 @@ class Bridge:
             # A read stuck in the worker ends at its own timeout; stop() does not wait for it.
             self._wg_executor.shutdown(wait=False, cancel_futures=True)
         if self.fanout is not None:
+            if self._nft_executor is not None:
+                # Let a pending install finish first, so the table is not re-created after
+                # the remove below.
+                await asyncio.get_running_loop().run_in_executor(None, self._nft_executor.shutdown)
             kernel = self.fanout.copies_by_egress()
             self.fanout.remove()
             if kernel:

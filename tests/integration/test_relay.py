@@ -11,10 +11,13 @@ to the rewritten SOCKADDR in rewrite mode.
 """
 
 import contextlib
+import os
 import re
+import shutil
 import socket
 import struct
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -432,3 +435,53 @@ def test_relay_books_balance_over_a_mix_of_every_outcome(topo: Net, workdir: Pat
     assert summary, b.log()
     received, relayed, dropped = map(int, summary.groups())
     assert received == relayed + dropped
+
+
+@pytest.mark.netns
+def test_a_slow_nft_never_stalls_the_loop(net: Netns, workdir: Path) -> None:
+    """The fast path's nft calls run off the loop (issue 10 item 6): an nft that takes 3 s to
+    list the counters (read every 5 s) must not delay the bridge's answers. The slow nft is a
+    wrapper in PATH around the real one: a stall that cannot be produced on demand otherwise.
+    """
+    require("nft")
+    real = shutil.which("nft")
+    assert real is not None
+    wrappers = workdir / "slow-nft"
+    wrappers.mkdir()
+    slow = wrappers / "nft"
+    slow.write_text(f'#!/bin/sh\ncase "$*" in *"-j list"*) sleep 3;; esac\nexec {real} "$@"\n')
+    slow.chmod(0o755)
+    box, a, b = net.add("box"), net.add("a"), net.add("b")
+    net.link(box, "lanA", "10.66.1.1/24", a, "eth0", "10.66.1.10/24")
+    net.link(box, "lanB", "10.66.2.1/24", b, "eth0", "10.66.2.10/24")
+    saved = os.environ["PATH"]
+    os.environ["PATH"] = f"{wrappers}:{saved}"
+    try:
+        relay = BridgeProcess(
+            net,
+            box,
+            *("--ipx-listen", "off", "--iface", "lanA", "--iface", "lanB"),
+            *("--source-mode", "preserve", "--fast-path", "on"),
+            log_dir=workdir,
+            ready=r"relaying between: .*lanA.*lanB",
+        )
+    finally:
+        os.environ["PATH"] = saved
+    try:
+        slowest = 0.0
+        deadline = time.monotonic() + 11  # two counter reads at least
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            with inside(box):
+                urllib.request.urlopen("http://127.0.0.1:9213/-/healthy", timeout=10).read()
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.1)
+        assert slowest < 1.0, f"an answer took {slowest:.2f} s"
+        # and the fast path is really on and relaying
+        listen = Net.udp(b, 47624)
+        sender = Net.udp(a)
+        sender.sendto(b"hello", ("10.66.1.255", 47624))
+        assert listen.recvfrom(100)[0] == b"hello"
+    finally:
+        assert relay.stop() == 0
+    assert "Traceback" not in relay.log()
