@@ -13,7 +13,7 @@ from ipxbridge.io.interfaces import select_ipv4
 from ipxbridge.io.probe import DirectPlayProber
 from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.reassembly import Reassembler
-from ipxbridge.policy.sessions import SessionTable, session_json
+from ipxbridge.policy.sessions import SessionTable, players_text, session_json, status_text
 
 Json = dict[str, Any]
 
@@ -74,14 +74,15 @@ def render_table(sessions: list[Json]) -> str:
     """A fixed-width table for people."""
     if not sessions:
         return "no DirectPlay sessions seen\n"
-    rows = [("GAME", "SESSION", "PLAYERS", "PASSWORD", "HOST", "TRANSPORT", "LAST SEEN")]
+    rows = [("GAME", "SESSION", "MAP", "PLAYERS", "STATUS", "HOST", "TRANSPORT", "LAST SEEN")]
     for s in sessions:
         rows.append(
             (
                 str(s.get("game") or s.get("game_guid")),
                 str(s.get("session_name") or ""),
-                f"{s.get('players')}/{s.get('max_players')}",
-                "yes" if s.get("password") else "no",
+                str(s.get("map") or ""),
+                players_text(s.get("players"), s.get("max_players")),
+                status_text(s),
                 str(s.get("host")),
                 str(s.get("transport")),
                 str(s.get("last_seen")),

@@ -1,5 +1,6 @@
 """Small builders the tests share (one place for records with many fields)."""
 
+import struct
 import uuid
 from typing import Any
 
@@ -23,3 +24,17 @@ def dp8_response(**fields: Any) -> DP8EnumResponse:
     }
     values.update(fields)
     return DP8EnumResponse(**values)
+
+
+def armada_user(
+    players: int = 0, flags: int = 0, map_name: bytes = b"", byte72: int = 0
+) -> tuple[int, int, int, int]:
+    """dwUser1..4 as Star Trek: Armada fills them (protocols.md 1.6.1).
+
+    ``players`` goes to byte 73 (from ``play``), ``flags`` to byte 74 and ``map_name`` (at
+    most 12 bytes, NUL-padded) to bytes 76..87, in wire order.
+    """
+    raw = bytes([byte72, players, flags, 0]) + map_name.ljust(12, b"\x00")
+    assert len(raw) == 16
+    words = struct.unpack("<4I", raw)
+    return (words[0], words[1], words[2], words[3])

@@ -234,15 +234,20 @@ class BridgeCollector(Collector):
         yield malformed
 
         sessions = GaugeMetricFamily(
-            "ipxbridge_directplay_sessions", "Live DirectPlay sessions, by game.", labels=["game"]
+            "ipxbridge_directplay_sessions",
+            "Live DirectPlay sessions, by game and whether listed as open (no password,"
+            " not closed, not started).",
+            labels=["game", "open"],
         )
         players = GaugeMetricFamily(
             "ipxbridge_directplay_players",
             "Players in live DirectPlay sessions, by game.",
             labels=["game"],
         )
-        for game, (count, n) in sorted(src.sessions.players_by_game(src.monotonic()).items()):
-            sessions.add_metric([game], count)
+        now = src.monotonic()
+        for (game, is_open), count in sorted(src.sessions.sessions_by_game_and_open(now).items()):
+            sessions.add_metric([game, "true" if is_open else "false"], count)
+        for game, (_count, n) in sorted(src.sessions.players_by_game(now).items()):
             players.add_metric([game], n)
         yield sessions
         yield players

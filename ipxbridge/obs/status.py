@@ -7,6 +7,8 @@ every value is HTML-escaped; the page never embeds script.
 from html import escape
 from typing import Any, Final
 
+from ipxbridge.policy.sessions import players_text, status_text
+
 REFRESH_SECONDS: Final = 5
 
 STYLE: Final = """
@@ -49,7 +51,8 @@ def render_status(data: dict[str, Any]) -> str:
     sessions = [
         {
             **s,
-            "players_text": f"{s.get('players')}/{s.get('max_players')}",
+            "players_text": players_text(s.get("players"), s.get("max_players")),
+            "status_text": status_text(s),  # "open" only without password, closed, started
             "game_text": s.get("game") or s.get("game_guid"),
         }
         for s in data.get("sessions", [])
@@ -81,8 +84,9 @@ def render_status(data: dict[str, Any]) -> str:
             [
                 ("game_text", "Game"),
                 ("session_name", "Session"),
+                ("map", "Map"),
                 ("players_text", "Players"),
-                ("password", "Password"),
+                ("status_text", "Status"),
                 ("host", "Host"),
                 ("transport", "Transport"),
                 ("last_seen", "Last seen"),

@@ -44,9 +44,15 @@ def main() -> int:
     ap.add_argument("--players", type=int, default=3)
     ap.add_argument("--max", type=int, default=8)
     ap.add_argument("--password", action="store_true")
+    ap.add_argument(
+        "--user",
+        default="1,2,3,4",
+        help="dwUser1..4 of the DP4 session, comma-separated (0x... allowed)",
+    )
     ap.add_argument("--ipx", metavar="HOST:PORT", help="also serve DirectPlay over IPX")
     args = ap.parse_args()
     instance = uuid.uuid4()
+    user = [int(word, 0) for word in args.user.split(",")]
     flags = 0x0400 if args.password else 0
     desc = SessionDesc(
         flags=flags,
@@ -54,7 +60,7 @@ def main() -> int:
         application_guid=ARMADA,
         max_players=args.max,
         current_players=args.players,
-        user=(1, 2, 3, 4),
+        user=(user[0], user[1], user[2], user[3]),
     )
 
     dp4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ipxbridge.wire.directplay import EnumSessionsReply, SessionDesc, build_enum_sessions_reply
+from tests.factories import armada_user
 from tests.integration.harness import ROOT, BridgeProcess, Client, Netns
 
 FAKE_HOST = Path(__file__).with_name("fake_dplay_host.py")
@@ -138,6 +139,52 @@ def test_sessions_probe_without_a_bridge(net: Netns) -> None:
         fake.wait(5)
     names = sorted(str(s["session_name"]) for s in found)
     assert names == ["Direct probe", "Direct probe (DP8)"]
+
+
+@pytest.mark.netns
+def test_armada_lobby_state_reaches_sessions_json_and_text(net: Netns) -> None:
+    """protocols.md 1.6.1: Armada sends dwMaxPlayers 0 and no DirectPlay password flag; its
+    user fields say 6 players, password, map lake.bzn."""
+    box, host = net.add("box"), net.add("host")
+    net.link(box, "lan", "10.59.0.1/24", host, "eth0", "10.59.0.20/24")
+    user = armada_user(players=6, flags=0x04, map_name=b"lake.bzn")
+    fake = start_host(
+        net,
+        host,
+        *("--name", "Locked", "--players", "2", "--max", "0"),
+        *("--user", ",".join(str(word) for word in user)),
+    )
+    try:
+        found = sessions(net, box, "--probe", "--iface", "lan", "--timeout", "2")
+        text = subprocess.run(
+            net.exec_args(
+                box, sys.executable, "-m", "ipxbridge", "sessions", "--probe", "--iface", "lan",
+                "--timeout", "2",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=ROOT,
+        )  # fmt: skip
+    finally:
+        fake.kill()
+        fake.wait(5)
+    by_transport = {s["transport"]: s for s in found}
+    dp4 = by_transport["dp4-tcp"]
+    assert dp4["game"] == "Star Trek: Armada"
+    assert (dp4["players"], dp4["max_players"], dp4["password"], dp4["open"]) == (2, 6, True, False)
+    assert (dp4["join_disabled"], dp4["started"], dp4["head_to_head"]) == (False, False, False)
+    assert dp4["map"] == "lake.bzn"
+    assert dp4["user_bytes"] == "00060400 6c616b65 2e627a6e 00000000"  # raw, wire order
+    dp8 = by_transport["dp8"]
+    assert (dp8["open"], dp8["join_disabled"]) == (True, None)
+    assert text.returncode == 0, text.stderr
+    rows = {line.split()[-2]: line for line in text.stdout.splitlines()[1:]}  # by transport
+    assert "lake.bzn" in rows["dp4-tcp"]
+    assert " 2/6 " in rows["dp4-tcp"]
+    assert " password " in rows["dp4-tcp"]
+    assert " open " not in rows["dp4-tcp"]
 
 
 @pytest.mark.netns

@@ -2,7 +2,11 @@
 
 import uuid
 
+import pytest
+
+from ipxbridge.browse import render_table
 from ipxbridge.games import game_table, parse_guid
+from ipxbridge.obs.status import render_status
 from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.reassembly import Reassembler
 from ipxbridge.policy.sessions import SessionTable, session_json
@@ -15,7 +19,7 @@ from ipxbridge.wire.directplay import (
     build_enum_sessions_reply,
     build_packet_fragment,
 )
-from tests.factories import dp8_response
+from tests.factories import armada_user, dp8_response
 
 ARMADA = parse_guid("{76F93801-9340-11D2-AE34-00600895C779}")
 
@@ -164,3 +168,141 @@ def test_fragmented_reply_is_reassembled_then_listed() -> None:
     (s,) = ins.sessions.snapshot(1.0)
     assert s.session_name == "Big session"
     assert ins.messages[(4, "Packet")] == 2
+
+
+# --- lobby state: Star Trek: Armada's user fields (protocols.md 1.6.1) and DirectPlay flags ---
+
+WALL = 1_800_000_000.0
+
+
+def armada(
+    user: tuple[int, int, int, int], flags: int = 0, name: str = "Armada LAN"
+) -> EnumSessionsReply:
+    """An Armada reply as Armada sends it: dwMaxPlayers 0, the real state in the user fields."""
+    d = SessionDesc(flags, uuid.uuid4(), ARMADA, 0, 2, user)
+    return EnumSessionsReply(d, name)
+
+
+def test_armada_user_fields_decide_max_players_password_closed_and_map() -> None:
+    table = SessionTable(game_table())
+    user = armada_user(players=4, flags=0x04 | 0x02, map_name=b"lake.bzn")
+    s = table.observe_dp4(armada(user), "10.0.0.5:2300", "dp4-tcp", 0.0)
+    assert (s.max_players, s.password, s.join_disabled) == (4, True, False)
+    assert (s.started, s.head_to_head, s.map) == (False, True, "lake.bzn")
+    assert s.open is False  # password-protected: not listed as open
+    out = session_json(s, now=0.0, wall_now=WALL)
+    assert {k: out[k] for k in ("max_players", "password", "join_disabled", "started")} == {
+        "max_players": 4,
+        "password": True,
+        "join_disabled": False,
+        "started": False,
+    }
+    assert (out["head_to_head"], out["map"], out["open"]) == (True, "lake.bzn", False)
+    # the raw words stay, and the same bytes in wire order
+    assert out["user"] == [f"0x{u:08x}" for u in user]
+    assert out["user_bytes"] == "00040600 6c616b65 2e627a6e 00000000"
+
+
+@pytest.mark.parametrize(
+    ("user_flags", "session_flags", "password", "join_disabled", "started", "is_open"),
+    [
+        (0x00, 0x000, False, False, False, True),
+        (0x04, 0x000, True, False, False, False),  # Armada's password bit
+        (0x40, 0x000, False, True, False, False),  # Armada's closed bit
+        (0x20, 0x000, False, False, True, False),  # match started
+        (0x02, 0x000, False, False, False, True),  # head-to-head alone is still open
+        (0x00, 0x400, True, False, False, False),  # DPSESSION_PASSWORDREQUIRED still counts
+        (0x00, 0x020, False, True, False, False),  # DPSESSION_JOINDISABLED still counts
+    ],
+)
+def test_password_or_closed_armada_game_is_not_open(
+    user_flags: int,
+    session_flags: int,
+    password: bool,
+    join_disabled: bool,
+    started: bool,
+    is_open: bool,
+) -> None:
+    table = SessionTable(game_table())
+    s = table.observe_dp4(armada(armada_user(flags=user_flags), session_flags), "h", "ipx", 0.0)
+    assert (s.password, s.join_disabled, s.started, s.open) == (
+        password,
+        join_disabled,
+        started,
+        is_open,
+    )
+    assert s.max_players == 8  # byte 73 = 0: all eight slots, although dwMaxPlayers is 0
+
+
+def test_other_games_fill_the_same_keys_from_their_own_fields() -> None:
+    table = SessionTable(game_table())
+    ta = parse_guid("{99797420-F5F5-11CF-9827-00A0241496C8}")
+    d = SessionDesc(0x0400 | 0x0020, uuid.uuid4(), ta, 4, 1, (0x11111111, 0, 0, 0))
+    dp4 = session_json(table.observe_dp4(reply(d), "h", "ipx", 0.0), 0.0, WALL)
+    assert (dp4["max_players"], dp4["password"], dp4["join_disabled"]) == (4, True, True)
+    # no layout for this game: what it does not announce is unknown, not false
+    assert (dp4["started"], dp4["head_to_head"], dp4["map"]) == (None, None, None)
+    assert dp4["open"] is False
+    dp8 = table.observe_dp8(dp8_response(flags=0x80, max_players=6), "h:2302", 0.0)
+    out = session_json(dp8, 0.0, WALL)
+    assert (out["max_players"], out["password"], out["join_disabled"]) == (6, True, None)
+    assert (out["started"], out["head_to_head"], out["map"], out["open"]) == (
+        None,
+        None,
+        None,
+        False,
+    )
+    assert (out["user"], out["user_bytes"]) == (None, None)
+
+
+def test_sessions_by_game_and_open_for_the_metrics() -> None:
+    table = SessionTable(game_table())
+    table.observe_dp4(armada(armada_user()), "h", "ipx", 0.0)
+    table.observe_dp4(armada(armada_user(flags=0x04)), "h", "ipx", 0.0)
+    table.observe_dp4(armada(armada_user(flags=0x40)), "h", "ipx", 0.0)
+    table.observe_dp8(dp8_response(), "h:2302", 0.0)
+    assert table.sessions_by_game_and_open(0.0) == {
+        ("Star Trek: Armada", True): 1,
+        ("Star Trek: Armada", False): 2,
+        ("other", True): 1,
+    }
+
+
+def status_rows(html: str) -> list[str]:
+    return [row for row in html.split("<tr>")[2:] if "</td>" in row]
+
+
+def test_status_page_lists_password_and_closed_armada_games_as_not_open() -> None:
+    table = SessionTable(game_table())
+    games = [
+        (armada_user(players=4, map_name=b"<b>lake"), "Open game"),
+        (armada_user(flags=0x04), "Locked game"),
+        (armada_user(flags=0x40 | 0x02), "Closed duel"),
+    ]
+    for user, name in games:
+        table.observe_dp4(armada(user, name=name), "h", "ipx", 0.0)
+    html = render_status({"sessions": [session_json(s, 0.0, WALL) for s in table.snapshot(0.0)]})
+    assert "<th>Status</th>" in html
+    assert "<th>Map</th>" in html
+    rows = {name: row for row in status_rows(html) for _, name in games if name in row}
+    assert "<td>open</td>" in rows["Open game"]
+    assert "<td>2/4</td>" in rows["Open game"]
+    assert "&lt;b&gt;lake" in rows["Open game"]  # remote input is escaped
+    assert "<b>lake" not in html
+    assert "<td>password</td>" in rows["Locked game"]
+    assert "<td>closed, head-to-head</td>" in rows["Closed duel"]
+    assert "<td>2/8</td>" in rows["Locked game"]
+
+
+def test_sessions_text_table_shows_map_and_status() -> None:
+    table = SessionTable(game_table())
+    table.observe_dp4(armada(armada_user(flags=0x04, map_name=b"lake.bzn")), "h", "ipx", 0.0)
+    text = render_table([session_json(s, 0.0, WALL) for s in table.snapshot(0.0)])
+    head, row = text.splitlines()
+    assert head.split() == [
+        "GAME", "SESSION", "MAP", "PLAYERS", "STATUS", "HOST", "TRANSPORT", "LAST", "SEEN",
+    ]  # fmt: skip
+    assert "lake.bzn" in row
+    assert " 2/8 " in row
+    assert " password " in row
+    assert " open " not in row
