@@ -85,7 +85,8 @@ def dp4_lobby(desc: SessionDesc) -> Lobby:
 
 def dp8_lobby(resp: DP8EnumResponse) -> Lobby:
     """The lobby state of a DirectPlay 8 session (protocols.md 2.3)."""
-    return Lobby(resp.max_players, resp.password_required, None)
+    # MaxPlayers 0 is DirectPlay 8's "no limit" (DPN_APPLICATION_DESC), shown as such.
+    return Lobby(resp.max_players or None, resp.password_required, None)
 
 
 def lobby_json(lobby: Lobby) -> dict[str, Any]:

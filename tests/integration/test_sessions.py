@@ -144,7 +144,7 @@ def test_sessions_probe_without_a_bridge(net: Netns) -> None:
 @pytest.mark.netns
 def test_armada_lobby_state_reaches_sessions_json_and_text(net: Netns) -> None:
     """protocols.md 1.6.1: Armada sends dwMaxPlayers 0 and no DirectPlay password flag; its
-    user fields say 6 players, password, map lake.bzn."""
+    user fields say 6 players, password, map lake.bzn. DP8 MaxPlayers 0 means no limit."""
     box, host = net.add("box"), net.add("host")
     net.link(box, "lan", "10.59.0.1/24", host, "eth0", "10.59.0.20/24")
     user = armada_user(players=6, flags=0x04, map_name=b"lake.bzn")
@@ -178,13 +178,15 @@ def test_armada_lobby_state_reaches_sessions_json_and_text(net: Netns) -> None:
     assert dp4["map"] == "lake.bzn"
     assert dp4["user_bytes"] == "00060400 6c616b65 2e627a6e 00000000"  # raw, wire order
     dp8 = by_transport["dp8"]
-    assert (dp8["open"], dp8["join_disabled"]) == (True, None)
+    assert (dp8["max_players"], dp8["open"], dp8["join_disabled"]) == (None, True, None)
     assert text.returncode == 0, text.stderr
     rows = {line.split()[-2]: line for line in text.stdout.splitlines()[1:]}  # by transport
     assert "lake.bzn" in rows["dp4-tcp"]
     assert " 2/6 " in rows["dp4-tcp"]
     assert " password " in rows["dp4-tcp"]
     assert " open " not in rows["dp4-tcp"]
+    assert " 2/unlimited " in rows["dp8"]
+    assert " 2/0 " not in text.stdout
 
 
 @pytest.mark.netns

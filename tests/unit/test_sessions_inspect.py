@@ -306,3 +306,16 @@ def test_sessions_text_table_shows_map_and_status() -> None:
     assert " 2/8 " in row
     assert " password " in row
     assert " open " not in row
+
+
+# --- decoder leniency (issue 8) as the game list sees it ---------------------------------------
+
+
+def test_dp8_max_players_zero_is_unlimited_not_n_of_0() -> None:
+    table = SessionTable(game_table())
+    s = table.observe_dp8(dp8_response(max_players=0, current_players=3), "h:2302", 0.0)
+    out = session_json(s, 0.0, WALL)
+    assert out["max_players"] is None  # no limit
+    assert "3/unlimited" in render_table([out])
+    assert "<td>3/unlimited</td>" in render_status({"sessions": [out]})
+    assert "3/0" not in render_table([out]) + render_status({"sessions": [out]})
