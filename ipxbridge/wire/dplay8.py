@@ -11,7 +11,9 @@ Contract:
   bit set is ignored by DirectPlay, so it is ``dplay_bad_value`` here.
 * Rule 2. EnumResponse offsets count from byte 4, the byte after the echoed cookie
   (protocols.md 2.3). A data field with size 0 is absent whatever its offset says; a sized
-  field must start in the variable part (offset >= 88) and end inside the buffer.
+  field must start in the variable part (offset >= 88) and end inside the buffer. The one
+  exception: ReplyOffset 0 means "no reply data" whatever ResponseSize says (protocols.md
+  2.3 defines 0 that way), so it is not an error.
 * Rule 3. Malformed input raises ``DPlayError`` (reasons in ``wire.errors``), nothing else.
   Builders raise ``ValueError`` for records that cannot be encoded or contradict themselves.
 * Rule 4. ``DP8Frame`` is every reliable-protocol frame: the 16-byte CONNECT / CONNECTED /
@@ -150,9 +152,11 @@ def build_dp8_enum_query(
     return head + guid + bytes(query.app_data)
 
 
-def _response_field(rel: bytes, offset: int, size: int, what: str) -> bytes:
+def _response_field(
+    rel: bytes, offset: int, size: int, what: str, *, zero_offset_absent: bool = False
+) -> bytes:
     """A data field of an EnumResponse; ``rel`` is the message from byte 4 on."""
-    if not size:
+    if not size or (zero_offset_absent and not offset):
         return b""
     check_offset(offset, DP8_RESPONSE_DATA_OFFSET, len(rel), f"{what} offset (from byte 4)")
     check_span(offset, size, len(rel), what)
@@ -161,6 +165,8 @@ def _response_field(rel: bytes, offset: int, size: int, what: str) -> bytes:
 
 def parse_dp8_enum_response(payload: bytes | bytearray | memoryview) -> DP8EnumResponse:
     """Decode an EnumResponse (offsets from byte 4; see Rule 2).
+
+    ReplyOffset 0 is "no reply data" even with a non-zero ResponseSize (Rule 2).
 
     Raises:
         DPlayError: ``dplay_truncated`` (< 92 bytes), ``dplay_bad_value`` (not ``00 03``),
@@ -186,7 +192,10 @@ def parse_dp8_enum_response(payload: bytes | bytearray | memoryview) -> DP8EnumR
         app_reserved_data=_response_field(rel, app_offset, app_size, "ApplicationReservedData"),
         instance_guid=guid_from_wire(instance),
         application_guid=guid_from_wire(app_guid),
-        reply_data=_response_field(rel, reply_offset, reply_size, "ReplyData"),
+        # protocols.md 2.3: "ReplyOffset (0 = no reply data)", whatever ResponseSize says.
+        reply_data=_response_field(
+            rel, reply_offset, reply_size, "ReplyData", zero_offset_absent=True
+        ),
         app_desc_size=desc_size,
     )
 

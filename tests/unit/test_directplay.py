@@ -768,3 +768,15 @@ def test_dp8_frame_names_beyond_the_vectors() -> None:
     )
     assert dp.dp8_frame_name(dp.parse_dp8_frame(b"\x07\x00\x01\x02data")) == "Data"
     assert dp.dp8_frame_name(DP8Frame(0x88, 0x09, 0, 0, 0, 0, 0)) == "Unknown0x09"
+
+
+# --- leniency where the layout allows it (issue 8) --------------------------------------------
+
+
+def test_dp8_reply_offset_zero_with_a_response_size_has_no_reply() -> None:
+    """protocols.md 2.3: ReplyOffset 0 = no reply data, whatever ResponseSize says."""
+    data = bytearray(VECTORS["d3"].data)
+    data[4:12] = (0).to_bytes(4, "little") + (6).to_bytes(4, "little")
+    msg = dp.parse_dplay(bytes(data))
+    assert isinstance(msg, DP8EnumResponse)
+    assert (msg.reply_data, msg.session_name) == (b"", "DP8 LAN Game")

@@ -165,10 +165,9 @@ FIELDS: Final = [
     # size 0 means "absent", whatever the offset says
     Field("dp8_response.reply_offset(size 0)", D3, 4, 88, 114, dp.parse_dp8_enum_response,
           dict.fromkeys(LABELS, OK)),
-    Field("dp8_response.reply_size(offset 0)", D3, 8, 0, 26, dp.parse_dp8_enum_response, {
-        "0": OK, "1": OFFSET, "min": OK, "min+1": OFFSET, "len-1": OFFSET, "len": OFFSET,
-        "len+1": OFFSET, "0xFFFF": OFFSET, "0xFFFFFFFF": OFFSET,
-    }),
+    # ReplyOffset 0 means no reply whatever ResponseSize says (protocols.md 2.3; issue 8)
+    Field("dp8_response.reply_size(offset 0)", D3, 8, 0, 26, dp.parse_dp8_enum_response,
+          dict.fromkeys(values(0, 26), OK)),
     Field("dp8_response.reply_size(offset 88)", with_reply_offset(88), 8, 0, 26,
           dp.parse_dp8_enum_response, {
         "0": OK, "1": OK, "min": OK, "min+1": OK, "len-1": OK, "len": OK, "len+1": OFFSET,
