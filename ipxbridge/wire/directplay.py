@@ -25,10 +25,12 @@ Contract:
   computed from the real length. So ``parse(build(x)) == x`` for every record the builder
   accepts, and ``build(parse(b)) == b`` for canonically laid-out bytes (all shared vectors).
 * Rule 5. Strings are UTF-16LE with a NUL terminator. A string located by an offset ends at
-  its first NUL (which must exist); a string with a byte count must be of even length, end in
-  exactly one NUL and contain no other. Unpaired surrogates are kept (``surrogatepass``) so
-  re-encoding is byte-exact. (The one exception to Rule 4: a ``str`` holding a surrogate pair
-  as two code points encodes as that pair and reads back as one character.)
+  its first NUL (which must exist, except for an EnumSessionsReply's SessionName: the message
+  size bounds it, so a name running to the end of the message is accepted); a string with a
+  byte count must be of even length and contain no NUL but an optional final one. Unpaired
+  surrogates are kept (``surrogatepass``) so re-encoding is byte-exact. (The one exception to
+  Rule 4: a ``str`` holding a surrogate pair as two code points encodes as that pair and reads
+  back as one character.)
 * Rule 6. Builders raise ``ValueError`` for local misuse (a value that does not fit its field,
   a record whose parts contradict each other, a string containing NUL). That is a bug in the
   caller, not remote input.
@@ -731,7 +733,8 @@ def _parse_enum_sessions_reply(msg: bytes) -> EnumSessionsReply:
     name = None
     if name_offset:
         check_offset(name_offset, ENUM_SESSIONS_REPLY_NAME_OFFSET, len(msg), "NameOffset")
-        name, _ = read_nul_string(msg, name_offset, "session name")
+        # The message's own size bounds the name: a missing NUL is tolerated (Rule 5).
+        name, _ = read_nul_string(msg, name_offset, "session name", terminated=False)
     return EnumSessionsReply(desc, name)
 
 

@@ -20,6 +20,8 @@ Contract:
   CONNECTED_SIGNED / HARD_DISCONNECT layout (protocols.md 2.4), a SACK (``sack`` set) or a
   DFRAME (``data`` set). Signatures of signed sessions are not decoded: they stay in
   ``trailer`` (CFRAMEs) or in the DFRAME payload.
+* Rule 5. The session name has a byte count, so a name without its terminating NUL is
+  accepted (an embedded NUL is not).
 """
 
 import struct
@@ -166,7 +168,8 @@ def _response_field(
 def parse_dp8_enum_response(payload: bytes | bytearray | memoryview) -> DP8EnumResponse:
     """Decode an EnumResponse (offsets from byte 4; see Rule 2).
 
-    ReplyOffset 0 is "no reply data" even with a non-zero ResponseSize (Rule 2).
+    ReplyOffset 0 is "no reply data" even with a non-zero ResponseSize, and a session name
+    without its NUL is accepted (Rules 2 and 5).
 
     Raises:
         DPlayError: ``dplay_truncated`` (< 92 bytes), ``dplay_bad_value`` (not ``00 03``),
@@ -186,7 +189,7 @@ def parse_dp8_enum_response(payload: bytes | bytearray | memoryview) -> DP8EnumR
         flags=flags,
         max_players=max_players,
         current_players=current_players,
-        session_name=counted_string(name, "SessionName"),
+        session_name=counted_string(name, "SessionName", terminated=False),
         password=_response_field(rel, pw_offset, pw_size, "Password"),
         reserved_data=_response_field(rel, res_offset, res_size, "ReservedData"),
         app_reserved_data=_response_field(rel, app_offset, app_size, "ApplicationReservedData"),

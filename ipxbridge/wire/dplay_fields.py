@@ -60,36 +60,57 @@ def decode_utf16(raw: bytes, what: str) -> str:
         raise DPlayError("dplay_bad_string", f"{what}: {exc.reason}") from None
 
 
-def read_nul_string(data: bytes, start: int, what: str) -> tuple[str, int]:
+def read_nul_string(
+    data: bytes, start: int, what: str, *, terminated: bool = True
+) -> tuple[str, int]:
     """The string at ``start`` up to its first NUL code unit; returns (text, end after NUL).
 
+    Args:
+        data: the buffer (the whole message: it bounds the string).
+        start: where the string begins.
+        what: the field's name, for the error.
+        terminated: the NUL is required. With False a string that runs to the end of
+            ``data`` without one is accepted (the end is returned as ``len(data)``); it must
+            still be whole UTF-16 code units.
+
     Raises:
-        DPlayError: ``dplay_bad_string`` when the buffer ends before a NUL.
+        DPlayError: ``dplay_bad_string`` when the buffer ends before a NUL (``terminated``),
+            or the unterminated rest has an odd length.
     """
     pos = start
     while True:
         end = data.find(NUL16, pos)
         if end < 0:
+            if not terminated and (len(data) - start) % 2 == 0:
+                return decode_utf16(data[start:], what), len(data)
             raise DPlayError("dplay_bad_string", f"{what} at {start} has no NUL terminator")
         if (end - start) % 2 == 0:  # a NUL code unit, not the high byte of one + low of next
             return decode_utf16(data[start:end], what), end + 2
         pos = end + 1
 
 
-def counted_string(raw: bytes, what: str) -> str | None:
+def counted_string(raw: bytes, what: str, *, terminated: bool = True) -> str | None:
     """A string whose byte count (NUL included) is given; an empty field means no string.
 
+    Args:
+        raw: the field's bytes.
+        what: the field's name, for the error.
+        terminated: the final NUL is required. With False a field without it is read to its
+            end: the count already bounds it (protocols.md 2.3, DP8 SessionName).
+
     Raises:
-        DPlayError: ``dplay_bad_string`` for an odd length, a missing final NUL or an
-            embedded NUL.
+        DPlayError: ``dplay_bad_string`` for an odd length, a missing final NUL (when
+            ``terminated``) or an embedded NUL.
     """
     if not raw:
         return None
     if len(raw) % 2:
         raise DPlayError("dplay_bad_string", f"{what} has odd length {len(raw)}")
-    if raw[-2:] != NUL16:
+    if raw[-2:] == NUL16:
+        raw = raw[:-2]
+    elif terminated:
         raise DPlayError("dplay_bad_string", f"{what} does not end in NUL")
-    text = decode_utf16(raw[:-2], what)
+    text = decode_utf16(raw, what)
     if "\x00" in text:
         raise DPlayError("dplay_bad_string", f"{what} contains an embedded NUL")
     return text

@@ -780,3 +780,30 @@ def test_dp8_reply_offset_zero_with_a_response_size_has_no_reply() -> None:
     msg = dp.parse_dplay(bytes(data))
     assert isinstance(msg, DP8EnumResponse)
     assert (msg.reply_data, msg.session_name) == (b"", "DP8 LAN Game")
+
+
+def test_dp8_session_name_without_its_nul_is_accepted() -> None:
+    """SessionNameSize bounds the name; the terminating NUL adds nothing."""
+    data = bytearray(VECTORS["d3"].data[:-2])  # drop the NUL: the name is the last field
+    data[32:36] = (24).to_bytes(4, "little")  # SessionNameSize without it
+    msg = dp.parse_dp8_enum_response(bytes(data))
+    assert msg.session_name == "DP8 LAN Game"
+    with pytest.raises(DPlayError) as info:  # an embedded NUL is still refused
+        dp.parse_dp8_enum_response(bytes(data[:94]) + b"\x00\x00" + bytes(data[96:]))
+    assert info.value.reason == "dplay_bad_string"
+
+
+def test_dp4_session_name_without_its_nul_is_accepted() -> None:
+    """The message size bounds the name, which may end with the message."""
+    with_nul = VECTORS["b"].data
+    data = (len(with_nul) - 2 | dp.TOKEN_REMOTE << 20).to_bytes(4, "little") + with_nul[4:-2]
+    msg = dp.parse_dp4(data)
+    assert isinstance(msg.parsed, EnumSessionsReply)
+    assert msg.parsed.name == "Armada LAN"
+    assert dp.build_dp4_message(msg) == data  # the raw body is kept: re-encodes exactly
+    bare = dp.parse_dp4(with_nul[20:-2], bare=True).parsed
+    assert isinstance(bare, EnumSessionsReply)
+    assert bare.name == "Armada LAN"
+    with pytest.raises(DPlayError) as info:  # half a code unit is still not a string
+        dp.parse_dp4(with_nul[20:-3], bare=True)
+    assert info.value.reason == "dplay_bad_string"

@@ -138,9 +138,11 @@ FIELDS: Final = [
         "0": OK, "1": OFFSET, "min-1": OFFSET, "min": OK, "min+1": OK, "len-1": STRING,
         "len": STRING, "len+1": OFFSET, "0xFFFF": OFFSET, "0xFFFFFFFF": OFFSET,
     }),
+    # A name may run to the end of the message without its NUL (issue 8): at len it is "",
+    # at len-1 one byte, which is no UTF-16 code unit.
     Field("enum_sessions_reply.name_offset", B, 108, 92, 114, dp.parse_dp4, {
         "0": OK, "1": OFFSET, "min-1": OFFSET, "min": OK, "min+1": OK, "len-1": STRING,
-        "len": STRING, "len+1": OFFSET, "0xFFFF": OFFSET, "0xFFFFFFFF": OFFSET,
+        "len": OK, "len+1": OFFSET, "0xFFFF": OFFSET, "0xFFFFFFFF": OFFSET,
     }),
     Field("session_desc.dwSize", B, 28, 80, 80, dp.parse_dp4, {
         "0": SIZE, "1": SIZE, "min-1": SIZE, "min": OK, "min+1": SIZE, "len-1": SIZE,
@@ -158,8 +160,9 @@ FIELDS: Final = [
         "0": OFFSET, "1": OFFSET, "min-1": OFFSET, "min": OK, "min+1": OFFSET, "len-1": OFFSET,
         "len": OFFSET, "len+1": OFFSET, "0xFFFF": OFFSET, "0xFFFFFFFF": OFFSET,
     }),
+    # "min" (2 bytes) is the name's first character without a NUL: accepted (issue 8)
     Field("dp8_response.session_name_size", D3, 32, 2, 26, dp.parse_dp8_enum_response, {
-        "0": OK, "1": STRING, "min-1": STRING, "min": STRING, "min+1": STRING,
+        "0": OK, "1": STRING, "min-1": STRING, "min": OK, "min+1": STRING,
         "len-1": STRING, "len": OK, "len+1": OFFSET, "0xFFFF": OFFSET, "0xFFFFFFFF": OFFSET,
     }),
     # size 0 means "absent", whatever the offset says
@@ -338,7 +341,13 @@ TRUNCATIONS: Final[dict[str, tuple[bytes, Callable[[bytes], object], Ranges]]] =
     "b(bare)": (
         B[20:],
         lambda d: dp.parse_dp4(d, bare=True),
-        [(92, TRUNC), (114, STRING), (115, OK)],  # the name runs off the end
+        # The name may end with the message, NUL or not (issue 8): whole code units parse
+        # (a shorter name), half of one is dplay_bad_string.
+        [
+            (92, TRUNC),
+            *((end + 1, OK if (end - 92) % 2 == 0 else STRING) for end in range(92, 114)),
+            (115, OK),
+        ],
     ),
     "d": (VECTORS["d"].data, dp.parse_dp8_enum_query, [(21, TRUNC), (27, OK)]),
     "d2": (VECTORS["d2"].data, dp.parse_dp8_enum_query, [(5, TRUNC), (6, OK)]),
