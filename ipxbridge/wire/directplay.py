@@ -34,6 +34,8 @@ Contract:
 * Rule 6. Builders raise ``ValueError`` for local misuse (a value that does not fit its field,
   a record whose parts contradict each other, a string containing NUL). That is a bug in the
   caller, not remote input.
+* Rule 8. Versions 0x01 (DX3) to 0x0E (DX9) are accepted: DX3 = 1, DX5 = 7, DX5a = 8 as well as
+  the 0x09..0x0E of protocols.md 1.3 (older hosts still answer enumeration).
 
 DP4 over the IPX service provider carries no 20-byte SP header: the IPX data starts with
 ``play`` (protocols.md 1.9); that is ``DPlayKind.DP4_BARE`` and ``header=None``.
@@ -167,6 +169,9 @@ __all__ = [
     "TOKEN_FORWARD",
     "TOKEN_REMOTE",
     "TOKEN_SERVER",
+    "VERSION_DX3",
+    "VERSION_DX5",
+    "VERSION_DX5A",
     "VERSION_DX9",
     "VERSION_MAX",
     "VERSION_MIN",
@@ -246,9 +251,13 @@ AF_INET_WIRE: Final = 2  # Winsock AF_INET, little-endian on the wire
 SOCKADDR_LEN: Final = 16  # family (LE) + port (BE) + IPv4 (BE) + 8 zero bytes
 MAX_STREAM_MESSAGE: Final = SIZE_MASK  # a 20-bit size field cannot claim more (1 MiB - 1)
 
-# Versions 0x09 (DX6) .. 0x0E (DX9); protocols.md 1.3 says accept all of them.
-VERSION_MIN: Final = 0x09
+# Versions 0x09 (DX6) .. 0x0E (DX9) per protocols.md 1.3, and below them DX3 = 0x01, DX5 =
+# 0x07, DX5a = 0x08 (Rule 8): all of 0x01..0x0E is accepted; 0 and above 0x0E are not.
+VERSION_MIN: Final = 0x01
 VERSION_MAX: Final = 0x0E
+VERSION_DX3: Final = 0x01
+VERSION_DX5: Final = 0x07
+VERSION_DX5A: Final = 0x08
 VERSION_DX9: Final = 0x0E  # what Windows and the [MC-DPL4CS] 4.1 sample send
 
 _U16: Final = struct.Struct("<H")
@@ -633,7 +642,7 @@ class DP4Message:
     Attributes:
         header: the SP header; None for DP4 over IPX (``DP4_BARE``).
         command: DP4 command ID (``DP4Command``); 0x0A for a player-to-player message.
-        version: 0x09..0x0E; 0 for a player-to-player message (it has no version field).
+        version: 0x01..0x0E; 0 for a player-to-player message (it has no version field).
         body: the bytes after ``play`` + command + version (after the SP header for a
             player-to-player message), kept raw whatever the command.
         parsed: the decoded body for EnumSessions, EnumSessionsReply, Packet and Packet2Data;
@@ -781,7 +790,7 @@ def _parse_play(msg: bytes, header: SPHeader | None) -> DP4Message:
     need(msg, MESSAGE_HEADER_LEN, "DirectPlay message header")
     _, command, version = _MESSAGE_HEADER.unpack_from(msg)
     if not VERSION_MIN <= version <= VERSION_MAX:
-        raise DPlayError("dplay_bad_version", f"version 0x{version:x} outside 0x09..0x0e")
+        raise DPlayError("dplay_bad_version", f"version 0x{version:x} outside 0x01..0x0e")
     parsed = _parse_body(msg, command)
     return DP4Message(header, command, version, msg[MESSAGE_HEADER_LEN:], parsed)
 
@@ -831,7 +840,7 @@ def parse_dp4_player(payload: bytes | bytearray | memoryview) -> DP4Message:
 def _frame_dp4(command: int, version: int, body: bytes, header: bytes | None) -> bytes:
     """'play' header + body, preceded by an SP header template whose size gets filled in."""
     if not VERSION_MIN <= version <= VERSION_MAX:
-        raise ValueError(f"version 0x{version:x} outside 0x09..0x0e")
+        raise ValueError(f"version 0x{version:x} outside 0x01..0x0e")
     message = pack(_MESSAGE_HEADER, SIGNATURE, command, version) + body
     if header is None:
         return message

@@ -13,7 +13,7 @@ is one of ``DPLAY_REASONS``:
 * ``dplay_bad_token``: SP header token not 0xFAB, 0xCAB or 0xBAB;
 * ``dplay_bad_sockaddr``: SP header address family not AF_INET or non-zero ``sin_zero``;
 * ``dplay_bad_signature``: no ``play`` where the layout requires it;
-* ``dplay_bad_version``: DirectPlay 4 version outside 0x09..0x0E;
+* ``dplay_bad_version``: DirectPlay 4 version outside 0x01..0x0E (DX3 to DX9);
 * ``dplay_bad_offset``: an offset or length points outside the buffer (or into the fixed part);
 * ``dplay_bad_string``: a UTF-16LE string without its NUL, of odd length, or with an
   embedded NUL;

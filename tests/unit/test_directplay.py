@@ -344,7 +344,22 @@ def test_every_documented_version_is_accepted(version: int) -> None:
     assert dp.parse_dp4(data, bare=True).version == version
 
 
-@pytest.mark.parametrize("version", [0x00, 0x08, 0x0F, 0xFFFF])
+@pytest.mark.parametrize("version", [dp.VERSION_DX3, 0x02, 0x06, dp.VERSION_DX5, dp.VERSION_DX5A])
+def test_versions_below_dx6_are_decoded(version: int) -> None:
+    """Issue 8: DX3 = 1, DX5 = 7, DX5a = 8 (and what lies between) decode like DX6+."""
+    assert (dp.VERSION_DX3, dp.VERSION_DX5, dp.VERSION_DX5A) == (1, 7, 8)
+    desc = SessionDesc(0, uuid.UUID(int=5), ARMADA, 8, 1, (0, 0, 0, 0))
+    reply = EnumSessionsReply(desc, "DX5 host")
+    wire = dp.build_enum_sessions_reply(reply, version=version, sockaddr=CLIENT_2300)
+    assert wire[26:28] == version.to_bytes(2, "little")
+    msg = dp.parse_dplay(wire)
+    assert isinstance(msg, DP4Message)
+    assert (msg.version, msg.parsed) == (version, reply)
+    handmade = b"play" + (2).to_bytes(2, "little") + version.to_bytes(2, "little") + bytes(24)
+    assert dp.parse_dp4(handmade, bare=True).version == version
+
+
+@pytest.mark.parametrize("version", [0x00, 0x0F, 0xFFFF])
 def test_other_versions_are_refused(version: int) -> None:
     data = b"play" + (2).to_bytes(2, "little") + version.to_bytes(2, "little") + bytes(24)
     with pytest.raises(DPlayError) as info:

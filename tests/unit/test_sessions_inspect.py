@@ -311,6 +311,18 @@ def test_sessions_text_table_shows_map_and_status() -> None:
 # --- decoder leniency (issue 8) as the game list sees it ---------------------------------------
 
 
+@pytest.mark.parametrize("version", [1, 7, 8])  # DX3, DX5, DX5a
+def test_sessions_from_pre_dx6_hosts_are_listed(version: int) -> None:
+    ins = make_inspector()
+    sp = build_enum_sessions_reply(
+        reply(desc(), "DX5 host"), version=version, sockaddr=SockAddr(2, 2300, "0.0.0.0")
+    )
+    ins.inspect(sp, transport="tcp", host="10.0.0.5:2300", source=1, now=0.0)
+    assert not ins.errors
+    (s,) = ins.sessions.snapshot(0.0)
+    assert s.session_name == "DX5 host"
+
+
 def test_dp8_max_players_zero_is_unlimited_not_n_of_0() -> None:
     table = SessionTable(game_table())
     s = table.observe_dp8(dp8_response(max_players=0, current_players=3), "h:2302", 0.0)
