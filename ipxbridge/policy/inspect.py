@@ -11,6 +11,8 @@ Contract:
   message is inspected once more (one level only: a reassembled message is not reassembled).
 * Rule 4. Counting labels come from closed sets (``command_label``) so metric series stay
   bounded (house style B1).
+* Rule 5. ``play`` followed by 0xFF is DirectPlay's reliable protocol (``directplay`` Rule 7):
+  counted as ``Reliable``, not as a command and never as malformed.
 
 Pure: the clock is passed in.
 """
@@ -22,6 +24,8 @@ from typing import Final
 from ipxbridge.policy.reassembly import Reassembler
 from ipxbridge.policy.sessions import SessionTable
 from ipxbridge.wire.directplay import (
+    RELIABLE_MARK,
+    RELIABLE_NAME,
     DP4Message,
     DP8EnumQuery,
     DP8EnumResponse,
@@ -56,6 +60,7 @@ DP4_LABELS: Final = frozenset(
         "SuperEnumPlayersReply",
         "IAmNameServer",
         "PlayerMessage",
+        RELIABLE_NAME,  # 'play' + 0xFF: DirectPlay's reliable protocol
     }
 )
 
@@ -123,6 +128,9 @@ class Inspector:
         # its command id (a full decode costs ~20 us, this ~1 us, on every relayed packet).
         if kind is DPlayKind.DP4 or kind is DPlayKind.DP4_BARE:
             at = 24 if kind is DPlayKind.DP4 else 4
+            if payload[at : at + 1] == bytes([RELIABLE_MARK]):
+                self.messages[(4, RELIABLE_NAME)] += 1
+                return None
             command = int.from_bytes(payload[at : at + 2], "little")
             if command not in DECODED_DP4:
                 name = command_name(command)

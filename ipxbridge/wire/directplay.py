@@ -34,6 +34,10 @@ Contract:
 * Rule 6. Builders raise ``ValueError`` for local misuse (a value that does not fit its field,
   a record whose parts contradict each other, a string containing NUL). That is a bug in the
   caller, not remote input.
+* Rule 7. ``play`` followed by 0xFF is DirectPlay's own reliable protocol
+  (DPSESSION_DIRECTPLAYPROTOCOL, 0x2000), not a DPSP message: no command, no version. It is
+  parsed to a ``DP4Message`` with ``reliable=True``, command 0xFF, version 0 and the bytes after
+  the 0xFF kept raw; never ``dplay_bad_version``. Its frame layout is not in our notes.
 * Rule 8. Versions 0x01 (DX3) to 0x0E (DX9) are accepted: DX3 = 1, DX5 = 7, DX5a = 8 as well as
   the 0x09..0x0E of protocols.md 1.3 (older hosts still answer enumeration).
 
@@ -149,6 +153,8 @@ __all__ = [
     "PLAYER_LOCAL",
     "PLAYER_NAME_SERVER",
     "PLAYER_SYSTEM",
+    "RELIABLE_MARK",
+    "RELIABLE_NAME",
     "SESSION_CLIENT_SERVER",
     "SESSION_DIRECTPLAY_PROTOCOL",
     "SESSION_JOIN_DISABLED",
@@ -259,6 +265,9 @@ VERSION_DX3: Final = 0x01
 VERSION_DX5: Final = 0x07
 VERSION_DX5A: Final = 0x08
 VERSION_DX9: Final = 0x0E  # what Windows and the [MC-DPL4CS] 4.1 sample send
+# DirectPlay's reliable protocol puts 0xFF where a DPSP message has its command (Rule 7).
+RELIABLE_MARK: Final = 0xFF
+RELIABLE_NAME: Final = "Reliable"
 
 _U16: Final = struct.Struct("<H")
 _U32: Final = struct.Struct("<I")
@@ -641,14 +650,18 @@ class DP4Message:
 
     Attributes:
         header: the SP header; None for DP4 over IPX (``DP4_BARE``).
-        command: DP4 command ID (``DP4Command``); 0x0A for a player-to-player message.
-        version: 0x01..0x0E; 0 for a player-to-player message (it has no version field).
+        command: DP4 command ID (``DP4Command``); 0x0A for a player-to-player message; 0xFF
+            for a reliable-protocol frame.
+        version: 0x01..0x0E; 0 for a player-to-player message or a reliable-protocol frame
+            (they have no version field).
         body: the bytes after ``play`` + command + version (after the SP header for a
-            player-to-player message), kept raw whatever the command.
+            player-to-player message, after ``play`` + 0xFF for a reliable-protocol frame),
+            kept raw whatever the command.
         parsed: the decoded body for EnumSessions, EnumSessionsReply, Packet and Packet2Data;
             None for every other command (kept raw, never an error).
         signature: False for a player-to-player message (``DP4_PLAYER``: SP header then data,
             no ``play``); those have ``command`` 0x0A PLAYERMESSAGE and ``version`` 0.
+        reliable: ``play`` then 0xFF: a frame of DirectPlay's reliable protocol (Rule 7).
     """
 
     header: SPHeader | None
@@ -657,11 +670,12 @@ class DP4Message:
     body: bytes
     parsed: EnumSessions | EnumSessionsReply | PacketFragment | None
     signature: bool = True
+    reliable: bool = False
 
     @property
     def command_name(self) -> str:
-        """CamelCase command name from protocols.md 1.3, or ``Unknown0xNN``."""
-        return command_name(self.command)
+        """CamelCase command name from protocols.md 1.3, ``Reliable``, or ``Unknown0xNN``."""
+        return RELIABLE_NAME if self.reliable else command_name(self.command)
 
 
 # DPSP_MSG_ENUMSESSIONS: ApplicationGuid, PasswordOffset, Flags (protocols.md 1.4).
@@ -787,6 +801,10 @@ def _parse_play(msg: bytes, header: SPHeader | None) -> DP4Message:
     """Decode a message that starts at ``play``."""
     if msg[: len(SIGNATURE)] != SIGNATURE[: len(msg)]:
         raise DPlayError("dplay_bad_signature", f"expected 'play', got {msg[:4].hex()}")
+    if len(msg) > len(SIGNATURE) and msg[len(SIGNATURE)] == RELIABLE_MARK:
+        # Rule 7: the reliable protocol's frame, not a DPSP message; no version to check.
+        body = msg[len(SIGNATURE) + 1 :]
+        return DP4Message(header, RELIABLE_MARK, 0, body, None, reliable=True)
     need(msg, MESSAGE_HEADER_LEN, "DirectPlay message header")
     _, command, version = _MESSAGE_HEADER.unpack_from(msg)
     if not VERSION_MIN <= version <= VERSION_MAX:
@@ -802,6 +820,8 @@ def parse_dp4(payload: bytes | bytearray | memoryview, *, bare: bool = False) ->
         payload: one whole message: a UDP payload, one ``split_dp4_stream`` message, or
             (``bare=True``) the data of an IPX packet, which starts with ``play``.
         bare: no SP header (DP4 over IPX, protocols.md 1.9, or a reassembled message).
+
+    ``play`` followed by 0xFF is a reliable-protocol frame (``reliable=True``, Rule 7).
 
     Raises:
         DPlayError: ``dplay_truncated``, ``dplay_bad_token``, ``dplay_bad_sockaddr``,
@@ -841,6 +861,8 @@ def _frame_dp4(command: int, version: int, body: bytes, header: bytes | None) ->
     """'play' header + body, preceded by an SP header template whose size gets filled in."""
     if not VERSION_MIN <= version <= VERSION_MAX:
         raise ValueError(f"version 0x{version:x} outside 0x01..0x0e")
+    if command & 0xFF == RELIABLE_MARK:  # would read back as a reliable-protocol frame
+        raise ValueError(f"command 0x{command:x}: a low byte 0xFF marks the reliable protocol")
     message = pack(_MESSAGE_HEADER, SIGNATURE, command, version) + body
     if header is None:
         return message
@@ -893,8 +915,15 @@ def build_dp4_message(msg: DP4Message) -> bytes:
     """Re-encode a parsed ``DP4Message`` from its raw ``body`` (``parsed`` is not consulted).
 
     Raises:
-        ValueError: as ``build_dp4`` / ``build_dp4_player``.
+        ValueError: as ``build_dp4`` / ``build_dp4_player``; a reliable-protocol frame whose
+            command is not 0xFF or whose version is not 0.
     """
+    if msg.reliable:
+        if (msg.command, msg.version, msg.signature) != (RELIABLE_MARK, 0, True):
+            raise ValueError("a reliable-protocol frame has command 0xFF, version 0, 'play'")
+        frame = SIGNATURE + bytes([RELIABLE_MARK]) + bytes(msg.body)
+        template = _header_template(msg.header)
+        return frame if template is None else _fill_size(template, frame)
     if not msg.signature:
         if msg.header is None:
             raise ValueError("a player-to-player message needs its SP header")
@@ -1055,7 +1084,8 @@ def classify(payload: bytes | bytearray | memoryview, *, dp8_context: bool = Fal
     1. ``DP4``: a valid SP token and ``play`` at byte 20;
     2. ``DP4_PLAYER``: a valid SP token, AF_INET and zero ``sin_zero``, no ``play``
        (Wireshark's second heuristic);
-    3. ``DP4_BARE``: ``play`` at byte 0, at least 8 bytes;
+    3. ``DP4_BARE``: ``play`` at byte 0, at least 8 bytes (5 for ``play`` + 0xFF, a
+       reliable-protocol frame);
     4. ``DP8_ENUM_QUERY``: ``00 02``, type 2 (>= 5 bytes) or type 1 (>= 21 bytes);
        ``DP8_ENUM_RESPONSE``: ``00 03``, >= 92 bytes;
     5. only with ``dp8_context``: ``DP8_DFRAME`` (bit 0x01, >= 4 bytes) and ``DP8_CFRAME``
@@ -1070,7 +1100,10 @@ def classify(payload: bytes | bytearray | memoryview, *, dp8_context: bool = Fal
             return DPlayKind.DP4
         if _U16.unpack_from(data, 4)[0] == AF_INET_WIRE and data[12:SP_HEADER_LEN] == _ZERO8:
             return DPlayKind.DP4_PLAYER
-    if len(data) >= MESSAGE_HEADER_LEN and data.startswith(SIGNATURE):
+    if data.startswith(SIGNATURE) and (
+        len(data) >= MESSAGE_HEADER_LEN
+        or (len(data) > len(SIGNATURE) and data[len(SIGNATURE)] == RELIABLE_MARK)
+    ):
         return DPlayKind.DP4_BARE
     return _classify_dp8(data, dp8_context=dp8_context)
 

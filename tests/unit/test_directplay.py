@@ -822,3 +822,43 @@ def test_dp4_session_name_without_its_nul_is_accepted() -> None:
     with pytest.raises(DPlayError) as info:  # half a code unit is still not a string
         dp.parse_dp4(with_nul[20:-3], bare=True)
     assert info.value.reason == "dplay_bad_string"
+
+
+RELIABLE_BODY: Final = bytes.fromhex("00 07 01 00 de ad be ef")  # after play + 0xFF, kept raw
+
+
+@pytest.mark.parametrize("bare", [False, True])
+def test_play_then_ff_is_the_reliable_protocol_not_a_bad_version(bare: bool) -> None:
+    """DirectPlay's reliable protocol puts 0xFF where a DPSP message has its command; what
+    follows is not a version (here 0x0001 at the version's place, then garbage)."""
+    frame = b"play\xff" + RELIABLE_BODY
+    if bare:
+        data = frame
+        assert dp.classify(data) is DPlayKind.DP4_BARE
+    else:
+        header = (len(frame) + 20 | dp.TOKEN_REMOTE << 20).to_bytes(4, "little")
+        data = header + VECTORS["a"].data[4:20] + frame
+        assert dp.classify(data) is DPlayKind.DP4
+    msg = dp.parse_dplay(data)
+    assert isinstance(msg, DP4Message)
+    assert (msg.reliable, msg.command, msg.command_name, msg.version) == (
+        True,
+        dp.RELIABLE_MARK,
+        "Reliable",
+        0,
+    )
+    assert (msg.body, msg.parsed, msg.header is None) == (RELIABLE_BODY, None, bare)
+    assert dp.build_dplay(msg) == data
+
+
+def test_shortest_reliable_frames_are_recognised() -> None:
+    assert dp.classify(b"play\xff") is DPlayKind.DP4_BARE  # shorter than a DPSP header
+    assert dp.parse_dp4(b"play\xff", bare=True).reliable
+    assert dp.classify(b"play\x02") is DPlayKind.NONE  # a DPSP message needs 8 bytes
+
+
+def test_builders_keep_the_reliable_mark_apart() -> None:
+    with pytest.raises(ValueError, match="reliable"):
+        dp.build_dp4(0x01FF, 0x0E, b"", header=None)
+    with pytest.raises(ValueError, match="reliable"):
+        dp.build_dp4_message(DP4Message(None, 0x01, 0x0E, b"", None, reliable=True))

@@ -323,6 +323,20 @@ def test_sessions_from_pre_dx6_hosts_are_listed(version: int) -> None:
     assert s.session_name == "DX5 host"
 
 
+@pytest.mark.parametrize("transport", ["ipx", "udp"])
+def test_reliable_protocol_frames_are_counted_as_such_not_as_errors(transport: str) -> None:
+    ins = make_inspector()
+    frame = b"play\xff" + bytes.fromhex("00 07 01 00 de ad")
+    if transport == "udp":
+        frame = (
+            (len(frame) + 20 | 0xFAB << 20).to_bytes(4, "little") + b"\x02\x00" + bytes(14) + frame
+        )
+    for _ in range(3):
+        assert ins.inspect(frame, transport=transport, host="h", source=1, now=0.0) is None
+    assert ins.messages == {(4, "Reliable"): 3}
+    assert not ins.errors
+
+
 def test_dp8_max_players_zero_is_unlimited_not_n_of_0() -> None:
     table = SessionTable(game_table())
     s = table.observe_dp8(dp8_response(max_players=0, current_players=3), "h:2302", 0.0)
