@@ -18,6 +18,8 @@ Targets:
 * ``reassembly``: a stream of PACKET2_DATA fragments from four sources against small budgets.
 * ``inspect``: the inspector (classify, reassemble, game list) on a stream of payloads.
 * ``switch``: the IPX switch on a stream of datagrams from clients, a peer and strangers.
+* ``relay``: the broadcast relay's ``RelayPolicy.decide`` on a stream of datagrams, in both
+  source modes (``preserve`` and ``rewrite``, which edits DirectPlay 4 SOCKADDRs).
 
 Stream targets read their input as records (``Records``); the fuzzer learns the layout.
 """
@@ -37,6 +39,14 @@ from ipxbridge import decode
 from ipxbridge.games import builtin_games
 from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.reassembly import REASSEMBLY_REASONS, Reassembler, ReassemblyLimits
+from ipxbridge.policy.relay import (
+    LIMITED_BROADCAST,
+    RELAY_DROP_REASONS,
+    Egress,
+    RelayPolicy,
+    RelaySettings,
+    SourceMode,
+)
 from ipxbridge.policy.sessions import SessionTable
 from ipxbridge.policy.switch import (
     POLICY_DROP_REASONS,
@@ -48,8 +58,8 @@ from ipxbridge.policy.switch import (
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ipx
 from ipxbridge.wire.errors import WIRE_REASONS, WireError
-from ipxbridge.wire.pcap import PcapError
-from tests.unit.vectors import VECTORS_PCAP, load_vectors
+from ipxbridge.wire.pcap import PCAP_REASONS, PcapError
+from tests.unit.vectors import VECTORS_INTERFACES, VECTORS_PCAP, load_vectors
 
 T = TypeVar("T")
 
@@ -187,7 +197,8 @@ def check_dplay(data: bytes) -> None:
 def check_pcap(data: bytes) -> None:
     try:
         frames = decode.decode_pcap(data, GAMES)
-    except PcapError:
+    except PcapError as exc:
+        assert exc.reason in PCAP_REASONS, exc.reason
         return
     json.dumps(frames)
     for frame in frames:
@@ -341,6 +352,79 @@ def check_switch(data: bytes) -> None:
             assert to in switch.clients
 
 
+RELAY_PLAN: Final = (
+    Egress(2, "lanA", "lan", "10.0.1.1", "10.0.1.255"),
+    Egress(3, "lanB", "lan", "10.0.2.1", "10.0.2.255"),
+    Egress(4, "wg0", "p2p", "10.98.0.1", "", ("10.98.0.2", "10.98.0.3")),
+)
+RELAY_OWN: Final = frozenset(e.address for e in RELAY_PLAN)
+RELAY_BCAST: Final = {2: frozenset({"10.0.1.255"}), 3: frozenset({"10.0.2.255"})}
+RELAY_INGRESS: Final = (2, 3, 4, 9)  # 9: an interface that is not selected
+RELAY_DST: Final = (LIMITED_BROADCAST, "10.0.1.255", "10.0.2.255", "10.98.0.1", "10.0.1.7")
+RELAY_SRC: Final[tuple[Address, ...]] = (
+    ("10.0.1.50", 2300),
+    ("10.98.0.2", 5000),
+    ("10.0.2.1", 47624),  # the bridge's own address: its own copy coming back
+)
+
+
+def relay_datagrams(data: bytes) -> Iterator[tuple[int, str, Address, int, int, int, float, bytes]]:
+    """Records: mode, TTL, TOS, port, time step, payload. Mode picks ingress, destination and
+    source from small sets, so the fuzzer spends its time on the payload and the loop filter."""
+    r = Records(data)
+    now = 0.0
+    while r.more():
+        mode, ttl, tos, port = r.u8(), r.u8(), r.u8(), r.u16()
+        now += r.u8() / 8
+        ingress = RELAY_INGRESS[mode % len(RELAY_INGRESS)]
+        dst = RELAY_DST[(mode >> 2) % len(RELAY_DST)]
+        src = RELAY_SRC[(mode >> 5) % len(RELAY_SRC)]
+        yield ingress, dst, src, port, ttl, tos, now, r.blob(1500)
+
+
+def check_relay(data: bytes) -> None:
+    """In both source modes, ``decide`` never raises (policy/relay.py rule 7) and gives one
+    decision per datagram: a reason of the closed set and no copies, or copies out of every
+    other interface only, TTL - 1, the payload unchanged except, in rewrite mode, the DP4
+    SOCKADDR's address, which then names the player."""
+    for mode in SourceMode:
+        policy = RelayPolicy(RelaySettings(mode, dedup_max_entries=64))
+        policy.set_plan(RELAY_PLAN, RELAY_OWN, RELAY_BCAST)
+        targets = {e.index: {e.broadcast} if e.role == "lan" else set(e.peers) for e in RELAY_PLAN}
+        for ingress, dst, src, port, ttl, tos, now, payload in relay_datagrams(data):
+            d = policy.decide(
+                payload,
+                src=src,
+                dst_ip=dst,
+                dst_port=port,
+                ingress=ingress,
+                ttl=ttl,
+                now=now,
+                tos=tos,
+            )
+            if d.drop_reason is not None:
+                assert d.drop_reason in RELAY_DROP_REASONS, d.drop_reason
+                assert not d.copies
+                continue
+            assert d.copies
+            assert mode is SourceMode.REWRITE or not d.sockaddr_rewritten
+            for copy in d.copies:
+                assert copy.egress.index != ingress
+                assert copy.dst in targets[copy.egress.index]
+                assert copy.ttl == ttl - 1
+                if d.sockaddr_rewritten:
+                    assert copy.payload[:8] + copy.payload[12:] == payload[:8] + payload[12:]
+                    assert copy.payload[8:12] == socket_bytes(src[0])
+                else:
+                    assert copy.payload == payload
+            if now > 30:
+                policy.purge(now)
+
+
+def socket_bytes(address: str) -> bytes:
+    return bytes(int(part) for part in address.split("."))
+
+
 # --- seeds ------------------------------------------------------------------------------------
 
 
@@ -353,7 +437,8 @@ def vector_seeds() -> list[bytes]:
 
 def pcap_seeds() -> list[bytes]:
     whole = VECTORS_PCAP.read_bytes()
-    return [whole, whole[:24], whole[:100]]
+    pcapng = VECTORS_INTERFACES.read_bytes()  # four interfaces, three link types
+    return [whole, whole[:24], whole[:100], pcapng, pcapng[:300]]
 
 
 def fragment_seeds() -> list[bytes]:
@@ -427,6 +512,35 @@ def datagram_seeds() -> list[bytes]:
     return [b"".join(record(bytes((mode,)), b"\x02", blob(p)) for mode, p in packets)]
 
 
+def relay_seeds() -> list[bytes]:
+    """A DP4 EnumSessions with SOCKADDR 0.0.0.0 (rewritten), with family 6 and with non-zero
+    sin_zero (dropped as bad_sockaddr), naming an address (untouched); the vectors; a loop copy
+    (same bytes, lower TTL), unicast, TTL 1 and an own packet."""
+    enum = dp.build_enum_sessions(
+        dp.EnumSessions(GUIDS[0], 0x81, None), sockaddr=dp.SockAddr(2, 2300, "0.0.0.0")
+    )
+    payloads = [
+        enum,
+        enum[:4] + b"\x06\x00" + enum[6:],
+        enum[:19] + b"\x01" + enum[20:],
+        enum[:8] + bytes((10, 0, 1, 50)) + enum[12:],
+        *vector_seeds(),
+    ]
+
+    def rec(mode: int, ttl: int, payload: bytes, port: int = 47624) -> bytes:
+        return record(bytes((mode, ttl, 0)), struct.pack("<H", port), b"\x01", blob(payload))
+
+    stream = [rec(0, 64, p) for p in payloads]  # lanA, limited broadcast, the player
+    stream += [
+        rec(1, 63, enum),  # the copy back on lanB one hop later: a loop copy
+        rec(0 | 4 << 2, 64, b"x"),  # unicast
+        rec(0, 1, b"y"),  # TTL 1
+        rec(2 | 3 << 2 | 1 << 5, 64, payloads[0], 6073),  # from the WireGuard peer
+        rec(0 | 2 << 5, 64, b"z"),  # the bridge's own address
+    ]
+    return [b"".join(stream), *(rec(0, 64, p) for p in payloads[:4])]
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     check: Callable[[bytes], None]
@@ -443,6 +557,7 @@ TARGETS: Final[dict[str, Target]] = {
     "reassembly": Target(check_reassembly, fragment_seeds),
     "inspect": Target(check_inspect, payload_seeds),
     "switch": Target(check_switch, datagram_seeds),
+    "relay": Target(check_relay, relay_seeds),
 }
 
 

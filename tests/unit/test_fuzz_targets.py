@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from ipxbridge.policy import relay as relay_mod
 from ipxbridge.policy import switch as switch_mod
 from ipxbridge.policy.reassembly import Reassembler, ReassemblyLimits
 from ipxbridge.wire import directplay as dp
@@ -89,3 +90,28 @@ def test_reassembly_property_catches_a_budget_overrun(monkeypatch: pytest.Monkey
         targets.check_reassembly(flood)
     monkeypatch.undo()
     targets.check_reassembly(flood)  # the real reassembler refuses what does not fit
+
+
+def test_relay_property_catches_an_exception_out_of_decide(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue item 4 re-planted: rewrite mode without its guard lets DPlayError out."""
+
+    class UnrelatedError(Exception):
+        pass
+
+    # the except clause in decide() no longer matches
+    monkeypatch.setattr(relay_mod, "DPlayError", UnrelatedError)
+    with pytest.raises(dp.DPlayError, match="dplay_bad_sockaddr"):
+        targets.check_relay(TARGETS["relay"].seeds()[0])
+
+
+def test_relay_property_catches_a_rewrite_that_changes_more_than_the_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = dp.rewrite_sockaddr
+    monkeypatch.setattr(
+        relay_mod, "rewrite_sockaddr", lambda payload, address: original(payload, address) + b"\0"
+    )
+    with pytest.raises(AssertionError):
+        targets.check_relay(TARGETS["relay"].seeds()[0])
