@@ -1,4 +1,4 @@
-"""Offline decoding for ``ipxbridge decode``: hex strings and pcap files to JSON-able dicts.
+"""Offline decoding for ``ipxbridge decode``: hex strings and capture files to JSON-able dicts.
 
 Every frame becomes one object with the keys ``ok``, ``error``, ``ipx`` and ``directplay``
 (issue 3 fixes these names; more keys are additions). Nothing here raises for bad input:
@@ -9,6 +9,15 @@ from collections.abc import Mapping
 from typing import Any, Final
 from uuid import UUID
 
+from ipxbridge.io.capture import read_capture
+from ipxbridge.policy.sessions import (
+    dp4_lobby,
+    dp8_lobby,
+    lobby_json,
+    players_text,
+    status_text,
+    user_hex,
+)
 from ipxbridge.wire.directplay import (
     DP4Message,
     DP8EnumQuery,
@@ -26,7 +35,7 @@ from ipxbridge.wire.directplay import (
 )
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ipx import HEADER_LEN, IpxHeader, parse_header
-from ipxbridge.wire.pcap import Frame, read_pcap
+from ipxbridge.wire.pcap import Frame
 
 IPX_PORT: Final = 213
 DP4_PORT: Final = 47624
@@ -73,6 +82,8 @@ def dplay_json(msg: DPlayMessage, games: Mapping[UUID, str]) -> Json:
             dialect_version=msg.version,
             sp_header=msg.header is not None,
         )
+        if msg.reliable:  # 'play' + 0xFF: the reliable protocol, which has no version
+            out.update(dialect_version=None, reliable_protocol=True)
         if msg.header is not None:
             out["sockaddr"] = f"{msg.header.sockaddr.address}:{msg.header.sockaddr.port}"
             out["token"] = f"0x{msg.header.token:03x}"
@@ -86,10 +97,12 @@ def dplay_json(msg: DPlayMessage, games: Mapping[UUID, str]) -> Json:
             out.update(
                 session_name=parsed.name,
                 current_players=d.current_players,
-                max_players=d.max_players,
+                **lobby_json(dp4_lobby(d)),  # max_players decoded (protocols.md 1.6.1)
+                max_players_wire=d.max_players,
                 flags=d.flags,
                 instance_guid=format_guid(d.instance_guid),
                 user=[f"0x{u:08x}" for u in d.user],
+                user_bytes=user_hex(d.user),  # raw, in wire order
             )
         elif isinstance(parsed, PacketFragment):
             out.update(
@@ -116,7 +129,8 @@ def dplay_json(msg: DPlayMessage, games: Mapping[UUID, str]) -> Json:
             command_name="EnumResponse",
             session_name=msg.session_name,
             current_players=msg.current_players,
-            max_players=msg.max_players,
+            **lobby_json(dp8_lobby(msg)),  # max_players null: MaxPlayers 0, no limit
+            max_players_wire=msg.max_players,
             flags=msg.flags,
             cookie=msg.cookie,
             instance_guid=format_guid(msg.instance_guid),
@@ -201,7 +215,7 @@ def decode_hex(text: str, games: Mapping[UUID, str]) -> list[Json]:
 
 
 def decode_frame(frame: Frame, games: Mapping[UUID, str]) -> list[Json]:
-    """One pcap record (a TCP segment may hold several DirectPlay messages)."""
+    """One captured packet (a TCP segment may hold several DirectPlay messages)."""
     base: Json = {
         "frame": frame.number,
         "transport": frame.transport,
@@ -256,13 +270,13 @@ def decode_frame(frame: Frame, games: Mapping[UUID, str]) -> list[Json]:
 
 
 def decode_pcap(data: bytes, games: Mapping[UUID, str]) -> list[Json]:
-    """Every record of a classic pcap file.
+    """Every packet of a capture file: classic pcap or pcapng (any mix of interfaces).
 
     Raises:
-        PcapError: the file itself is unreadable.
+        PcapError: the file itself is unreadable (``reason`` in ``wire.pcap.PCAP_REASONS``).
     """
     out: list[Json] = []
-    for frame in read_pcap(data):
+    for frame in read_capture(data):
         out.extend(decode_frame(frame, games))
     return out
 
@@ -290,7 +304,11 @@ def summary_line(item: Json) -> str:
             text += f" game={dp['game'] or dp['game_guid']}"
         if dp.get("session_name") is not None:
             text += f" session={dp['session_name']!r}"
-        if dp.get("max_players") is not None:
-            text += f" players={dp['current_players']}/{dp['max_players']}"
+        if dp.get("current_players") is not None:
+            text += f" players={players_text(dp['current_players'], dp.get('max_players'))}"
+        if "open" in dp:
+            text += f" status={status_text(dp)}"
+        if dp.get("map") is not None:
+            text += f" map={dp['map']!r}"
         parts.append(text)
     return f"{head}: " + ("; ".join(parts) or item.get("note", "not IPX or DirectPlay"))

@@ -4,13 +4,21 @@ import json
 import struct
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
 from ipxbridge.decode import decode_hex, decode_pcap
-from ipxbridge.games import game_table
+from ipxbridge.games import game_table, parse_guid
+from ipxbridge.wire.directplay import (
+    EnumSessionsReply,
+    SessionDesc,
+    SockAddr,
+    build_enum_sessions_reply,
+)
 from ipxbridge.wire.pcap import PcapError, read_pcap
+from tests.factories import armada_user
 from tests.unit.vectors import VECTORS_PCAP, load_vectors
 
 GAMES = game_table()
@@ -43,8 +51,62 @@ def test_hex_dplay_reply_fields() -> None:
     dp = item["directplay"]
     assert item["ipx"] is None
     assert dp["command_name"] == "EnumSessionsReply"
-    assert (dp["session_name"], dp["current_players"], dp["max_players"]) == ("Armada LAN", 1, 8)
+    assert (dp["session_name"], dp["current_players"]) == ("Armada LAN", 1)
+    # Armada: the maximum comes from byte 73 (0x11 & 7 = 1), not dwMaxPlayers (8) - the
+    # vector's user words are placeholders (protocols.md 1.6.1)
+    assert (dp["max_players"], dp["max_players_wire"]) == (1, 8)
     assert dp["flags"] == 0x44
+
+
+def armada_reply_hex(user: tuple[int, int, int, int], flags: int = 0) -> str:
+    desc = SessionDesc(flags, uuid.UUID(int=7), parse_guid(ARMADA), 0, 3, user)
+    reply = EnumSessionsReply(desc, "Armada LAN")
+    return build_enum_sessions_reply(reply, sockaddr=SockAddr(2, 2300, "0.0.0.0")).hex()
+
+
+def test_armada_user_fields_in_decode_json() -> None:
+    """protocols.md 1.6.1: the lobby keys decoded from dwUser1..4, the raw bytes kept."""
+    user = armada_user(players=5, flags=0x04 | 0x20, map_name=b"lake.bzn")
+    (item,) = decode_hex(armada_reply_hex(user), GAMES)
+    dp = item["directplay"]
+    assert (dp["max_players"], dp["max_players_wire"]) == (5, 0)  # dwMaxPlayers is 0
+    assert (dp["password"], dp["join_disabled"], dp["started"], dp["head_to_head"]) == (
+        True,
+        False,
+        True,
+        False,
+    )
+    assert (dp["map"], dp["open"]) == ("lake.bzn", False)
+    assert dp["user"] == [f"0x{u:08x}" for u in user]
+    assert dp["user_bytes"] == "00052400 6c616b65 2e627a6e 00000000"  # wire order
+
+
+def test_cli_json_and_text_show_a_closed_armada_game() -> None:
+    hexdata = armada_reply_hex(armada_user(flags=0x40 | 0x02, map_name=b"duel.bzn"))
+    res = run("--hex", hexdata, "--json")
+    assert res.returncode == 0, res.stderr
+    (item,) = json.loads(res.stdout)
+    dp = item["directplay"]
+    assert (dp["join_disabled"], dp["head_to_head"], dp["max_players"]) == (True, True, 8)
+    assert (dp["password"], dp["open"], dp["map"]) == (False, False, "duel.bzn")
+    res = run("--hex", hexdata)
+    assert res.returncode == 0, res.stderr
+    assert "players=3/8 status=closed, head-to-head map='duel.bzn'" in res.stdout
+
+
+def test_other_games_get_the_lobby_keys_from_their_flags() -> None:
+    ta = parse_guid("{99797420-F5F5-11CF-9827-00A0241496C8}")
+    desc = SessionDesc(0x0400, uuid.UUID(int=8), ta, 4, 1, (0, 0, 0, 0))
+    data = build_enum_sessions_reply(EnumSessionsReply(desc, "TA"), bare=True)
+    (item,) = decode_hex(data.hex(), GAMES)
+    dp = item["directplay"]
+    assert (dp["max_players"], dp["password"], dp["join_disabled"], dp["open"]) == (
+        4,
+        True,
+        False,
+        False,
+    )
+    assert (dp["started"], dp["head_to_head"], dp["map"]) == (None, None, None)
 
 
 def test_hex_dp8_response() -> None:
@@ -55,6 +117,40 @@ def test_hex_dp8_response() -> None:
         8,
         "EnumResponse",
         "DP8 LAN Game",
+    )
+
+
+def test_hex_dp8_response_with_no_player_limit() -> None:
+    data = bytearray(load_vectors()["d3"].data)
+    data[20:24] = bytes(4)  # MaxPlayers 0: no limit
+    data[4:12] = (0).to_bytes(4, "little") + (5).to_bytes(4, "little")  # ReplyOffset 0, size 5
+    (item,) = decode_hex(data.hex(), GAMES)
+    assert item["ok"], item
+    dp = item["directplay"]
+    assert (dp["max_players"], dp["max_players_wire"], dp["current_players"]) == (None, 0, 2)
+    res = run("--hex", data.hex())
+    assert res.returncode == 0, res.stderr
+    assert "players=2/unlimited" in res.stdout
+    assert "2/0" not in res.stdout
+
+
+def test_hex_reliable_protocol_frame_is_not_a_bad_version() -> None:
+    frame = b"play\xff" + bytes.fromhex("00 07 01 00 de ad")
+    data = (len(frame) + 20 | 0xFAB << 20).to_bytes(4, "little") + b"\x02\x00" + bytes(14)
+    (item,) = decode_hex((data + frame).hex(), GAMES)
+    assert (item["ok"], item["error"]) == (True, None)
+    assert item["directplay"]["command_name"] == "Reliable"
+    assert item["directplay"]["reliable_protocol"] is True
+
+
+def test_hex_dx5_reply_decodes() -> None:
+    data = bytearray(load_vectors()["b"].data)
+    data[26:28] = (7).to_bytes(2, "little")  # DX5
+    (item,) = decode_hex(data.hex(), GAMES)
+    assert item["ok"], item
+    assert (item["directplay"]["dialect_version"], item["directplay"]["session_name"]) == (
+        7,
+        "Armada LAN",
     )
 
 
