@@ -33,7 +33,11 @@ from ipxbridge.wire.errors import WIRE_REASONS
 IPX_DROP_REASONS: Final = frozenset(
     r for r in (*WIRE_REASONS, *POLICY_DROP_REASONS) if not r.startswith(("dplay", "not_dplay"))
 )
-RELAY_DROP_REASONS: Final = frozenset({*RELAY_POLICY_DROPS, "truncated"})
+# The policy's reasons plus those the I/O layer gives (a truncated read; the rewrite-mode flow
+# table full, or a stranger writing to a return socket): all exported from the start at 0.
+RELAY_DROP_REASONS: Final = frozenset(
+    {*RELAY_POLICY_DROPS, "truncated", "flow_limit", "return_not_player"}
+)
 
 # Forwarding latency buckets: 25 us .. 10 ms (house style B1).
 BUCKETS: Final = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3)

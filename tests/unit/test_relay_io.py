@@ -3,6 +3,7 @@ WireGuard peer reads kept off the event loop."""
 
 import asyncio
 import contextlib
+import re
 import socket
 import threading
 from pathlib import Path
@@ -14,6 +15,7 @@ from ipxbridge.config import Config, load_config
 from ipxbridge.io import netlink
 from ipxbridge.io import relay as relay_io
 from ipxbridge.io.relay import BroadcastRelay
+from ipxbridge.obs import metrics
 from ipxbridge.policy.relay import RelayPolicy, RelaySettings
 from ipxbridge.policy.topology import Interface, InterfaceAddress, Topology
 
@@ -220,3 +222,12 @@ def test_peers_read_off_the_loop_reach_the_plan_and_follow_changes(
         server.close()
     assert first == [("lan0", ()), ("wgs0", ("10.77.2.2",))]  # /32s only (a subnet is no peer)
     assert refreshed == [("lan0", ()), ("wgs0", ("10.77.2.2", "10.77.2.3"))]
+
+
+def test_every_reason_the_relay_io_records_is_exported_from_the_start() -> None:
+    # A drop reason that appears only once it happens breaks rate() and alerts until then
+    # (B1): every literal reason io/relay.py records must be in the pre-initialised set.
+    source = Path(relay_io.__file__).read_text()
+    recorded = set(re.findall(r'dropped\["(\w+)"\]', source))
+    assert recorded  # the pattern still finds them
+    assert recorded <= metrics.RELAY_DROP_REASONS, recorded - metrics.RELAY_DROP_REASONS
