@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -73,6 +74,9 @@ def switch_settings(config: Config) -> SwitchSettings:
         unverified_packet_burst=ipx.unverified_packet_burst,
         unverified_bytes_per_second=ipx.unverified_bytes_per_second,
         unverified_byte_burst=ipx.unverified_byte_burst,
+        unverified_credit_ratio=ipx.unverified_credit_ratio,
+        max_unverified=ipx.max_unverified,
+        max_unverified_per_ip=ipx.max_unverified_per_ip,
         rejoin=ipx.rejoin,
         clients_allow=ipx.clients_allow,
     )
@@ -182,7 +186,10 @@ class Bridge:
         listen = parse_host_port(ipx.listen)
         sock = open_udp_socket(listen.host, listen.port)
         switch = IpxSwitch(
-            switch_settings(self.config), tuple(peers), make_server_node_lookup(sock)
+            switch_settings(self.config),
+            tuple(peers),
+            make_server_node_lookup(sock),
+            os.urandom,  # probe nonces must be unguessable (policy/switch.py rule 2)
         )
         self.ipx = IpxEndpoint(
             loop, sock, switch, self.ipx_counters, self.inspector, latency=self.latency

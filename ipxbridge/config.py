@@ -50,6 +50,17 @@ ipx:
   unverified_packet_burst: 8
   unverified_bytes_per_second: 2048
   unverified_byte_burst: 4096   # at least one full DOSBox packet (1424 bytes)
+  # A client is verified when it answers a probe carrying a nonce (DOSBox does). One that
+  # never does (IPXWrapper) may be sent this many times what it sends itself, plus the above.
+  # For a bridge the internet can reach whose players all run DOSBox: set the four
+  # unverified_* numbers above to 0 and this to 1, and the bridge never sends an unproven
+  # address more than it received from it (silent IPXWrapper hosts are then found only
+  # once they speak).
+  unverified_credit_ratio: 16
+  # Registered but unverified clients are kept apart from max_clients, so spoofed
+  # registrations cannot lock real players out.
+  max_unverified: 256
+  max_unverified_per_ip: 16
   # Re-admit a client whose packets carry exactly the node this bridge assigns to its
   # address (it registered before a bridge restart or an expiry): games carry on.
   rejoin: true
@@ -197,10 +208,14 @@ class IpxSection(_Model):
     idle_timeout: Annotated[float, Field(gt=0, le=86_400)] = 600.0
     keepalive_interval: Annotated[float, Field(gt=0, le=3_600)] = 5.0
     answer_pings: bool = True
-    unverified_packets_per_second: Annotated[float, Field(gt=0, le=100_000)] = 4.0
-    unverified_packet_burst: Annotated[int, Field(ge=1, le=100_000)] = 8
-    unverified_bytes_per_second: Annotated[float, Field(gt=0, le=100_000_000)] = 2048.0
-    unverified_byte_burst: Annotated[int, Field(ge=1424, le=100_000_000)] = 4096
+    # 0 everywhere (and a credit ratio of 1) = nothing beyond what the address itself sent.
+    unverified_packets_per_second: Annotated[float, Field(ge=0, le=100_000)] = 4.0
+    unverified_packet_burst: Annotated[int, Field(ge=0, le=100_000)] = 8
+    unverified_bytes_per_second: Annotated[float, Field(ge=0, le=100_000_000)] = 2048.0
+    unverified_byte_burst: Annotated[int, Field(ge=0, le=100_000_000)] = 4096
+    unverified_credit_ratio: Annotated[float, Field(ge=0, le=1_000)] = 16.0
+    max_unverified: Annotated[int, Field(ge=1, le=65_536)] = 256
+    max_unverified_per_ip: Annotated[int, Field(ge=1, le=65_536)] = 16
     rejoin: bool = True
     # Networks whose DOSBox-protocol clients may register; empty = anyone (RFC 1234 peers are
     # listed in ``peers`` and are not affected).

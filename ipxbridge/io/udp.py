@@ -257,7 +257,21 @@ class IpxEndpoint:
             elif event.kind == "reregistered":
                 logger.debug("client %s:%d registered again (node %s)", ip, port, node)
             elif event.kind == "rejoined":
-                logger.info("client %s:%d rejoined as node %s (registered before)", ip, port, node)
+                logger.info(
+                    "client %s:%d rejoined as node %s (registered before; unverified until it "
+                    "answers a probe)",
+                    ip,
+                    port,
+                    node,
+                )
+            elif event.kind == "verified":
+                logger.debug("client %s:%d answered its probe: verified", ip, port)
+            elif event.kind == "evicted":
+                logger.info(
+                    "client %s:%d never answered a probe; removed to make room for a newcomer",
+                    ip,
+                    port,
+                )
             elif event.kind == "shutdown":
                 logger.info("client %s:%d sent shutdown, disconnected", ip, port)
             elif event.kind == "not_allowed":

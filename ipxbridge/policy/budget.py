@@ -50,11 +50,24 @@ class TokenBucket:
         """Spend one packet of ``size`` bytes if both buckets allow it; True when spent."""
         elapsed = now - self.updated
         if elapsed > 0:
-            self.packets = min(self.packet_burst, self.packets + elapsed * self.packet_rate)
-            self.bytes_left = min(self.byte_burst, self.bytes_left + elapsed * self.byte_rate)
+            # The refill stops at the burst; tokens above it (credit) are kept, not clipped.
+            if self.packets < self.packet_burst:
+                self.packets = min(self.packet_burst, self.packets + elapsed * self.packet_rate)
+            if self.bytes_left < self.byte_burst:
+                self.bytes_left = min(self.byte_burst, self.bytes_left + elapsed * self.byte_rate)
             self.updated = now
         if self.packets < 1 or self.bytes_left < size:
             return False
         self.packets -= 1
         self.bytes_left -= size
         return True
+
+    def credit(self, packets: float, size: float, packet_cap: float, byte_cap: float) -> None:
+        """Add tokens earned by traffic from the client, up to the caps (not the burst).
+
+        A client that never answers pings (IPXWrapper) can still play: each packet it sends
+        lets it receive a bounded multiple of that, so what the bridge aims at an address is
+        tied to what comes from it (reliability.md R7) instead of a flat allowance.
+        """
+        self.packets = min(max(self.packets, packet_cap), self.packets + packets)
+        self.bytes_left = min(max(self.bytes_left, byte_cap), self.bytes_left + size)

@@ -19,13 +19,20 @@ Rules, in the order they are applied:
    sent to a new address before its registration reply (DOSBox takes the first datagram it
    receives as the reply, protocols.md 4.2). A registered client stays until ``idle_timeout``
    whether or not it answers keepalives: IPXWrapper never answers socket-2 pings, and a
-   DirectPlay host behind it is silent until someone enumerates (protocols.md 6). Until its
-   first packet proves the address is really there (``verified``), a client gets at most
-   ``unverified_budget`` packets and bytes per second, because registration is one spoofable
-   datagram; copies the budget holds back are counted (``Decision.held``). Exception: a packet
-   whose source node is
-   exactly the node this bridge assigns to that address comes from a client registered
-   before (the bridge restarted, or the client was expired while quiet): it rejoins.
+   DirectPlay host behind it is silent until someone enumerates (protocols.md 6).
+   Registration is one spoofable datagram, and so is any data packet, so a client is
+   ``verified`` only by proving it receives what is sent to its address: it echoes the
+   nonce the bridge puts in the source node of its probe (DOSBox answers a ping to the
+   pinger's node, protocols.md 4.5; reliability.md R7). Until then it is sent at most a small
+   budget, plus a bounded multiple of what it sends itself (IPXWrapper plays this way);
+   copies held back are counted (``Decision.held``). Unverified clients live in their own
+   bounded table (``max_unverified``, ``max_unverified_per_ip``), so spoofed registrations
+   never take a verified player's place; when it is full, the oldest one that left a probe
+   unanswered for a second makes room (a real DOSBox client answers within a round trip).
+   Probes to an unverified client are paid from its budget too. A registration from UDP
+   port 0 is refused. Exception: a packet whose source node is exactly the node this bridge
+   assigns to that address comes from a client registered before (the bridge restarted, or
+   the client was expired while quiet): it rejoins, unverified until it answers a probe.
    With ``clients_allow`` set, an address outside those networks may neither register nor
    rejoin (``not_allowed``): the DOSBox protocol has no authentication, so on a bridge
    reachable from the internet this is what keeps strangers and spoofed registrations out.
@@ -48,6 +55,8 @@ Rules, in the order they are applied:
    4.4; DOSBox's own server drops it). With no peer to try it is ``unknown_destination``.
 """
 
+import itertools
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -60,6 +69,7 @@ from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ipx import (
     BROADCAST_NODE,
     DEFAULT_FILTERED_SOCKETS,
+    HEADER_LEN,
     MAX_HOPS,
     ZERO_NODE,
     IpxHeader,
@@ -99,6 +109,8 @@ POLICY_DROP_REASONS: Final[tuple[str, ...]] = (
     "unknown_destination",
     "hop_limit",
     "unverified_budget",
+    "unverified_full",
+    "source_port_zero",
 )
 
 
@@ -139,6 +151,7 @@ class Client:
     probes: int = 0  # keepalives sent since it was last heard from
     last_keepalive: float = 0.0
     budget: TokenBucket | None = None  # what it may be sent until verified (rule 2)
+    nonce: bytes = ZERO_NODE  # source node of its probes; echoing it verifies (rule 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +166,8 @@ class Peer:
 class SwitchEvent:
     """Something an operator wants in the log (registration, expiry...)."""
 
-    kind: str  # registered | reregistered | rejoined | expired | shutdown | not_allowed
+    # registered | reregistered | rejoined | verified | expired | evicted | shutdown | not_allowed
+    kind: str
     addr: Address
     node: bytes
 
@@ -174,6 +188,15 @@ class SwitchSettings:
     unverified_packet_burst: int = 8
     unverified_bytes_per_second: float = 2048.0
     unverified_byte_burst: int = 4096
+    # Each packet an unverified client sends lets it receive this many times as much (an
+    # N-player game sends each player N-1 copies of what it sends), up to the caps.
+    unverified_credit_ratio: float = 16.0
+    unverified_credit_packets: int = 256
+    unverified_credit_bytes: int = 65_536
+    # The unverified table, apart from max_clients (verified players): spoofed registrations
+    # cannot crowd out real ones, and one address cannot fill it.
+    max_unverified: int = 256
+    max_unverified_per_ip: int = 16
     dedup_window: float = 2.0
     dedup_max_entries: int = 65_536
     learned_node_ttl: float = 300.0
@@ -221,6 +244,7 @@ class IpxSwitch:
         settings: SwitchSettings,
         peers: tuple[Address, ...] = (),
         server_node_for: Callable[[Address], bytes] | None = None,
+        random_bytes: Callable[[int], bytes] | None = None,
     ) -> None:
         """Create a switch.
 
@@ -229,6 +253,8 @@ class IpxSwitch:
             peers: static RFC 1234 peer addresses (resolved IPv4, port).
             server_node_for: gives the bridge's node as seen by a new client (the I/O layer
                 looks up the local address the client reached). Defaults to all zero.
+            random_bytes: source of the probe nonces; the I/O layer passes ``os.urandom``
+                (a nonce must be unguessable). Defaults to a counter, for tests only.
         """
         self.settings = settings
         self._server_node_for = server_node_for or (lambda _addr: ZERO_NODE)
@@ -241,7 +267,11 @@ class IpxSwitch:
         self._ports: tuple[Address, ...] = ()
         self._flood_targets: dict[Address, tuple[Address, ...]] = {}
         self._peer_targets: dict[Address, tuple[Address, ...]] = {}
-        self._unverified: set[Address] = set()  # registered, not yet heard from (rule 2)
+        # Registered, not yet proven (rule 2); insertion order = age, for eviction.
+        self._unverified: dict[Address, None] = {}
+        self._unverified_by_ip: Counter[str] = Counter()
+        counter = itertools.count(1)
+        self._random_bytes = random_bytes or (lambda n: next(counter).to_bytes(n, "big"))
         self._dedup: DuplicateFilter[Address] = DuplicateFilter(
             settings.dedup_window, settings.dedup_max_entries
         )
@@ -316,27 +346,73 @@ class IpxSwitch:
             client.last_seen = now
             self._events.append(SwitchEvent("reregistered", addr, client.node))
         else:
-            if len(self.clients) >= self.settings.max_clients:
-                return _drop("clients_full")
-            node = dosbox_node(addr[0], addr[1])
-            cfg = self.settings
-            budget = TokenBucket.full(
-                cfg.unverified_packets_per_second,
-                cfg.unverified_packet_burst,
-                cfg.unverified_bytes_per_second,
-                cfg.unverified_byte_burst,
-                now,
-            )
-            client = Client(
-                addr, node, self._server_node_for(addr), now, now, last_keepalive=now, budget=budget
-            )
-            self.clients[addr] = client
-            self._unverified.add(addr)
-            self._client_by_node[node] = client
-            self._rebuild_ports()
-            self._events.append(SwitchEvent("registered", addr, node))
+            admitted = self._admit(addr, dosbox_node(addr[0], addr[1]), now, "registered")
+            if isinstance(admitted, str):
+                return _drop(admitted)
+            client = admitted
         reply = build_registration_reply(client.node, client.server_node)
         return Decision(Outcome.CONTROL, "registration", replies=((reply, addr),))
+
+    def _admit(self, addr: Address, node: bytes, now: float, kind: str) -> Client | str:
+        """A new unverified client, or the drop reason why not (rule 2)."""
+        cfg = self.settings
+        if len(self.clients) - len(self._unverified) >= cfg.max_clients:
+            return "clients_full"
+        if self._unverified_by_ip[addr[0]] >= cfg.max_unverified_per_ip:
+            return "unverified_full"
+        if len(self._unverified) >= cfg.max_unverified:
+            # Make room with the oldest client that left a probe unanswered (spoofed, or a
+            # quiet IPXWrapper); newer ones may still be waiting for their first probe.
+            stale = next(
+                (
+                    a
+                    for a in self._unverified
+                    if self.clients[a].probes and now - self.clients[a].last_keepalive >= 1.0
+                ),
+                None,
+            )
+            if stale is None:
+                return "unverified_full"
+            self.remove_client(stale, "evicted")
+        budget = TokenBucket.full(
+            cfg.unverified_packets_per_second,
+            cfg.unverified_packet_burst,
+            cfg.unverified_bytes_per_second,
+            cfg.unverified_byte_burst,
+            now,
+        )
+        client = Client(
+            addr,
+            node,
+            self._server_node_for(addr),
+            now,
+            now,
+            last_keepalive=now,
+            budget=budget,
+            nonce=self._random_bytes(6),
+        )
+        self.clients[addr] = client
+        self._unverified[addr] = None
+        self._unverified_by_ip[addr[0]] += 1
+        self._client_by_node[node] = client
+        self._rebuild_ports()
+        self._events.append(SwitchEvent(kind, addr, node))
+        return client
+
+    def _verify(self, client: Client) -> None:
+        """The client echoed its probe's nonce: it really receives at its address."""
+        client.verified = True
+        client.budget = None
+        client.probes = 0
+        self._forget_unverified(client.addr)
+        self._events.append(SwitchEvent("verified", client.addr, client.node))
+
+    def _forget_unverified(self, addr: Address) -> None:
+        if self._unverified.pop(addr, 0) is None:  # it was there (values are None)
+            ip = addr[0]
+            self._unverified_by_ip[ip] -= 1
+            if not self._unverified_by_ip[ip]:
+                del self._unverified_by_ip[ip]
 
     def remove_client(self, addr: Address, kind: str) -> None:
         """Forget a client (expiry, shutdown) and log why."""
@@ -344,7 +420,7 @@ class IpxSwitch:
         if client is None:
             return
         self._client_by_node.pop(client.node, None)
-        self._unverified.discard(addr)
+        self._forget_unverified(addr)
         self._rebuild_ports()
         self._events.append(SwitchEvent(kind, addr, client.node))
 
@@ -371,6 +447,9 @@ class IpxSwitch:
             return self._from_peer(src, header, data, now)
         if not self.settings.allows(src[0]):
             return _drop("not_allowed")
+        if src[1] == 0:
+            # No real client sends from port 0; a reply to it would go nowhere useful.
+            return _drop("source_port_zero")
         if header.is_registration:
             return self._register(src, now)
         if self.settings.rejoin and header.src_node == dosbox_node(src[0], src[1]):
@@ -382,35 +461,32 @@ class IpxSwitch:
 
         Its source node is exactly the node this bridge assigns to that UDP address, so it
         already holds a registration reply from us or an earlier run of us: no reply is
-        needed, and the game carries on without reconnecting (reliability.md R18).
+        needed, and the game carries on without reconnecting (reliability.md R18). That node
+        is predictable, so the packet may be spoofed: the client rejoins unverified (rule 2).
         """
-        if len(self.clients) >= self.settings.max_clients:
-            return _drop("clients_full")
-        client = Client(
-            src,
-            header.src_node,
-            self._server_node_for(src),
-            now,
-            now,
-            verified=True,
-            last_keepalive=now,
-        )
-        self.clients[src] = client
-        self._client_by_node[client.node] = client
-        self._rebuild_ports()
-        self._events.append(SwitchEvent("rejoined", src, client.node))
-        return self._from_client(client, header, data, now)
+        admitted = self._admit(src, header.src_node, now, "rejoined")
+        if isinstance(admitted, str):
+            return _drop(admitted)
+        return self._from_client(admitted, header, data, now)
 
     def _from_client(self, client: Client, header: IpxHeader, data: bytes, now: float) -> Decision:
         client.last_seen = now
         if header.is_registration:
             return self._register(client.addr, now)
-        # Any other packet proves the address is really there (a 2-way exchange).
-        if not client.verified:
-            client.verified = True
-            client.budget = None
-            self._unverified.discard(client.addr)
-        client.probes = 0
+        budget = client.budget
+        if budget is None:
+            client.probes = 0
+        elif header.is_echo and header.dst_node == client.nonce:
+            # The answer to a probe only a real receiver at this address has seen (rule 2).
+            self._verify(client)
+            return Decision(Outcome.CONTROL, "ping_reply")
+        else:
+            # Unproven: what it sends earns it a bounded multiple to receive (rule 2).
+            cfg = self.settings
+            ratio = cfg.unverified_credit_ratio
+            budget.credit(
+                ratio, ratio * len(data), cfg.unverified_credit_packets, cfg.unverified_credit_bytes
+            )
         if header.is_shutdown:
             self.remove_client(client.addr, "shutdown")
             return Decision(Outcome.CONTROL, "shutdown")
@@ -510,7 +586,7 @@ class IpxSwitch:
     ) -> tuple[tuple[Address, ...], int]:
         """Leave out unverified clients whose budget is spent (rule 2); count them."""
         unverified = self._unverified
-        if unverified.isdisjoint(targets):
+        if unverified.keys().isdisjoint(targets):
             return targets, 0
         kept: list[Address] = []
         held = 0
@@ -569,9 +645,14 @@ class IpxSwitch:
                 wait = first_probe if client.probes == 0 else cfg.keepalive_interval
                 if now - client.last_keepalive < wait:
                     continue
+                # A probe is traffic toward an unproven address too: paid from its budget.
+                if client.budget is not None and not client.budget.take(HEADER_LEN, now):
+                    continue
             client.probes += 1
             client.last_keepalive = now
-            out.append((build_ping(client.server_node), client.addr))
+            # An unverified client's probe comes from its nonce; its answer proves receipt.
+            source = client.server_node if client.verified else client.nonce
+            out.append((build_ping(source), client.addr))
         self._dedup.purge(now)
         ttl = cfg.learned_node_ttl
         for node, (_, seen) in list(self._learned.items()):

@@ -30,6 +30,14 @@ def register(sw: IpxSwitch, addr: Address, now: float = 0.0) -> bytes:
     return ipx.parse_header(reply).dst_node
 
 
+def verify(sw: IpxSwitch, addr: Address, now: float = 0.0) -> None:
+    """Answer the client's probe as DOSBox does: a unicast to the pinger's node (protocols.md
+    4.5), which for an unverified client is its nonce (policy/switch.py rule 2)."""
+    reply = ipx.build_ping_reply(sw.clients[addr].nonce, node(addr))
+    assert sw.handle(reply, addr, now).reason == "ping_reply"
+    assert sw.clients[addr].verified
+
+
 def data(
     src: bytes,
     dst: bytes = ipx.BROADCAST_NODE,
@@ -206,11 +214,13 @@ def test_keepalive_to_idle_clients_and_reply_consumed() -> None:
     register(sw, A, now=0.0)
     assert sw.tick(0.9) == []  # the registration reply must not be overtaken
     out = sw.tick(1.0)  # a new client is probed after 1 s, so a real one verifies quickly
-    assert out == [(ipx.build_ping(SERVER_NODE), A)]
+    nonce = sw.clients[A].nonce
+    assert nonce not in (SERVER_NODE, ipx.ZERO_NODE)
+    assert out == [(ipx.build_ping(nonce), A)]  # from the nonce: only a receiver knows it
     hdr = ipx.parse_header(out[0][0])
     assert (hdr.checksum, hdr.length) == (0xFFFF, 30)  # well-formed, unlike ipxbox's
     assert sw.tick(5.9) == []  # not again before the interval
-    reply = ipx.build_ping_reply(SERVER_NODE, node(A))
+    reply = ipx.build_ping_reply(nonce, node(A))  # DOSBox answers the pinger's node
     d = sw.handle(reply, A, 6.5)
     assert (d.outcome, d.reason) == (Outcome.CONTROL, "ping_reply")
     assert sw.clients[A].verified
@@ -250,7 +260,7 @@ def test_silent_dplay_host_answers_an_enumeration_60_s_after_registering() -> No
     reply = data(node(host), dst=node(player), sock=0x4002, payload=b"play\x01\x00")
     d = sw.handle(reply, host, 60.6)
     assert (d.outcome, d.reason, d.targets) == (Outcome.FORWARDED, "unicast", (player,))
-    assert sw.clients[host].verified
+    assert sw.clients[host].verified is False  # data proves nothing: it may be spoofed
 
 
 def test_unverified_client_is_sent_only_its_budget_and_the_rest_is_counted() -> None:
@@ -260,11 +270,13 @@ def test_unverified_client_is_sent_only_its_budget_and_the_rest_is_counted() -> 
         unverified_bytes_per_second=2048.0,
         unverified_byte_burst=4096,
     )
-    register(sw, A)  # talks, so verified
+    register(sw, A)
     register(sw, B)  # silent: registration may have been spoofed
     register(sw, C)
+    verify(sw, A)
+    verify(sw, C)
     d = sw.handle(data(node(C), payload=b"hello"), C, 0.0)
-    assert B in d.targets  # C's first packet reaches B too: one packet of B's budget spent
+    assert B in d.targets  # C's packet reaches B too: one packet of B's budget spent
     got_b = held = 0
     for i in range(129):  # 129 broadcasts over exactly one second (binary-exact steps)
         d = sw.handle(data(node(A), payload=i.to_bytes(2, "big")), A, i / 128)
@@ -278,6 +290,7 @@ def test_unverified_client_is_sent_only_its_budget_and_the_rest_is_counted() -> 
     sw2 = make()
     register(sw2, A)
     register(sw2, B)
+    verify(sw2, A)
     big = [data(node(A), payload=bytes([i]) * 1394) for i in range(3)]
     outcomes = [sw2.handle(p, A, 0.0) for p in big]
     assert [(d.outcome, d.reason, d.held) for d in outcomes] == [
@@ -285,8 +298,8 @@ def test_unverified_client_is_sent_only_its_budget_and_the_rest_is_counted() -> 
         (Outcome.FORWARDED, "broadcast", 0),
         (Outcome.DROPPED, "unverified_budget", 1),
     ]
-    # once B says anything it is verified and unlimited
-    sw2.handle(data(node(B), payload=b"me"), B, 0.1)
+    # once B answers its probe it is verified and unlimited
+    verify(sw2, B, 0.1)
     assert sw2.handle(big[2], A, 0.2).targets == (B,)
 
 
@@ -312,6 +325,8 @@ def test_max_clients_is_enforced() -> None:
     sw = make(max_clients=2)
     register(sw, A)
     register(sw, B)
+    verify(sw, A)
+    verify(sw, B)
     d = sw.handle(ipx.build_registration(), C, 0.0)
     assert (d.outcome, d.reason, d.replies) == (Outcome.DROPPED, "clients_full", ())
 
@@ -467,3 +482,94 @@ def test_narrowing_clients_allow_on_reload_drops_clients_outside_it() -> None:
     assert [(e.kind, e.addr) for e in sw.pop_events()] == [("not_allowed", B)]
     d = sw.handle(data(node(A)), A, 1.0)  # B no longer receives A's broadcasts
     assert (d.outcome, d.reason) == (Outcome.DROPPED, "no_destination")
+
+
+# --- issue 11 item 1: spoofed DOSBox sources (reliability.md R7) ------------------------------
+
+
+def test_a_spoofed_rejoin_stays_unverified_until_the_nonce_comes_back() -> None:
+    # One spoofed packet carrying the node the bridge assigns to a victim's address used to
+    # subscribe the victim to every broadcast, verified, until idle_timeout.
+    sw = make()
+    register(sw, A)
+    verify(sw, A)
+    victim: Address = ("10.0.0.99", 5000)
+    d = sw.handle(data(node(victim), payload=b"spoofed"), victim, 1.0)
+    assert d.outcome is Outcome.FORWARDED  # the game traffic itself is passed on
+    assert sw.clients[victim].verified is False
+    # answers that do not carry the nonce prove nothing
+    for wrong in (SERVER_NODE, ipx.ZERO_NODE, b"\x00\x00\x00\x00\x00\x01"):
+        sw.handle(ipx.build_ping_reply(wrong, node(victim)), victim, 1.5)
+        assert sw.clients[victim].verified is False
+    probes = [p for p, to in sw.tick(2.0) if to == victim]
+    assert probes == [ipx.build_ping(sw.clients[victim].nonce)]
+    verify(sw, victim, 2.1)
+
+
+def test_nonces_come_from_the_injected_source() -> None:
+    drawn = iter([b"\xaa" * 6, b"\xbb" * 6])
+    sw = IpxSwitch(SwitchSettings(), (), lambda _a: SERVER_NODE, lambda n: next(drawn)[:n])
+    register(sw, A)
+    register(sw, B)
+    assert (sw.clients[A].nonce, sw.clients[B].nonce) == (b"\xaa" * 6, b"\xbb" * 6)
+
+
+def test_spoofed_registrations_cannot_lock_out_real_players() -> None:
+    sw = make(max_clients=4, max_unverified=16, max_unverified_per_ip=4)
+    for addr in (A, B, C):
+        register(sw, addr)
+        verify(sw, addr)
+    refused = 0
+    for i in range(1000):  # 250 spoofed addresses x 4 ports, none answers a probe
+        spoofed = (f"198.51.{i // 250}.{i % 250 + 1}", 1024 + i)
+        d = sw.handle(ipx.build_registration(), spoofed, i / 1000)
+        refused += d.reason == "unverified_full"
+        sw.tick(i / 1000)
+    assert len(sw.clients) == 3 + 16  # the unverified table is bounded on its own
+    assert refused == 1000 - 16
+    assert all(sw.clients[a].verified for a in (A, B, C))  # nobody real was pushed out
+    # A real player arriving during the flood gets in: the spoofed entries have left their
+    # first probe unanswered, so one makes room, and the newcomer answers its probe.
+    sw.tick(1.1)  # their first probes (1 s after registering); none is answered
+    player: Address = ("10.0.0.50", 6000)
+    assert register(sw, player, now=2.2) == node(player)
+    verify(sw, player, 2.3)
+    assert sum(c.verified for c in sw.clients.values()) == 4
+    assert "evicted" in [e.kind for e in sw.pop_events()]
+
+
+def test_one_address_cannot_fill_the_unverified_table() -> None:
+    sw = make(max_unverified=64, max_unverified_per_ip=4)
+    reasons = [
+        sw.handle(ipx.build_registration(), ("10.0.0.66", 2000 + i), 0.0).reason for i in range(10)
+    ]
+    assert reasons == ["registration"] * 4 + ["unverified_full"] * 6
+    assert register(sw, A) == node(A)  # another address is not affected
+
+
+def test_registration_from_udp_port_0_is_refused() -> None:
+    sw = make()
+    d = sw.handle(ipx.build_registration(), ("10.0.0.11", 0), 0.0)
+    assert (d.outcome, d.reason, d.replies) == (Outcome.DROPPED, "source_port_zero", ())
+
+
+def test_an_unverified_client_that_plays_earns_what_it_sends() -> None:
+    # IPXWrapper never answers pings, so it never verifies; while it plays, each packet it
+    # sends lets it receive unverified_credit_ratio times as much (an N-player game sends
+    # each player N - 1 copies of what that player sends).
+    sw = make(unverified_credit_ratio=16.0)
+    register(sw, A)
+    verify(sw, A)
+    register(sw, B)  # never answers a probe
+    got = sent_by_b = 0
+    for tick in range(100):  # 10 s: B sends 2 packets/s, A sends 20/s (a 10-player game)
+        now = tick / 10
+        if tick % 5 == 0:
+            sw.handle(data(node(B), payload=b"b%d" % tick), B, now)
+            sent_by_b += 1
+        for k in range(2):
+            d = sw.handle(data(node(A), payload=b"a%d.%d" % (tick, k)), A, now)
+            got += B in d.targets
+    assert sw.clients[B].verified is False
+    assert got == 200  # everything: 10x what it sends is within 16x plus the base budget
+    assert sent_by_b == 20
