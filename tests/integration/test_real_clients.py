@@ -15,6 +15,7 @@ Topology: ``box`` (bridge; 10.61.1.1 and 10.61.2.1) with clients ``c1`` 10.61.1.
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -265,3 +266,39 @@ def test_unverified_client_gets_its_budget_and_the_rest_is_counted(
     assert counts["copies_held_unverified"] == 50 - got
     assert counts["dropped"] == 50 - got  # those reached nobody: unverified_budget
     assert f"unverified_budget={50 - got}" in bridge.log()
+
+
+@pytest.mark.netns
+def test_spoofed_registrations_do_not_lock_real_players_out(net: Netns, workdir: Path) -> None:
+    # reliability.md R7: ~255 spoofed registrations used to fill max_clients (clients_full
+    # for every real player after them). Spoofed sources on c1's subnet, sent from a raw
+    # socket; none of them answers a probe.
+    box, c1, c2 = one_bridge(net)
+    bridge = start_bridge(net, box, workdir, IPXBRIDGE_IPX__MAX_CLIENTS="4")
+    try:
+        with inside(c1):
+            raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+        registration = ipx.build_registration()
+        for i in range(300):
+            src = f"10.61.1.{100 + i % 100}"
+            udp = struct.pack("!HHHH", 20000 + i, 213, 8 + len(registration), 0) + registration
+            header = struct.pack(
+                "!BBHHHBBH4s4s",
+                0x45, 0, 20 + len(udp), 0, 0, 64, socket.IPPROTO_UDP, 0,
+                socket.inet_aton(src), socket.inet_aton("10.61.1.1"),
+            )  # fmt: skip
+            raw.sendto(header + udp, ("10.61.1.1", 0))
+        time.sleep(3.5)  # probes go out 1-2 s after registering (1 s tick); 1 s to answer
+        players = [Client(ns, (gw, 213)) for ns, gw in ((c1, "10.61.1.1"), (c2, "10.61.2.1"))]
+        for player in players:
+            player.answer_keepalive()  # as DOSBox does: verified
+        clients = api(box, "/api/clients")
+        verified = sorted(c["address"].split(":")[0] for c in clients if c["verified"])
+        assert verified == ["10.61.1.11", "10.61.2.12"], clients
+        players[0].send(ipx.BROADCAST_NODE, b"still playing")
+        assert players[1].receive()[1] == b"still playing"
+    finally:
+        assert bridge.stop() == 0
+    log = bridge.log()
+    assert "clients_full" not in log, log
+    assert "unverified_full=" in log  # the table of the unproven filled up, not max_clients
