@@ -645,8 +645,17 @@ class IpxSwitch:
                 wait = first_probe if client.probes == 0 else cfg.keepalive_interval
                 if now - client.last_keepalive < wait:
                     continue
-                # A probe is traffic toward an unproven address too: paid from its budget.
-                if client.budget is not None and not client.budget.take(HEADER_LEN, now):
+                # A probe is traffic toward an unproven address too, so it spends a token of
+                # the budget; with no base budget (the strict settings) it must be earned by
+                # the client's own traffic. Otherwise it goes anyway (at most
+                # ``unverified_probes``): a receiver kept busy by broadcasts must still be
+                # able to prove itself.
+                budget = client.budget
+                if (
+                    budget is not None
+                    and not budget.take(HEADER_LEN, now)
+                    and budget.packet_rate == 0
+                ):
                     continue
             client.probes += 1
             client.last_keepalive = now

@@ -573,3 +573,42 @@ def test_an_unverified_client_that_plays_earns_what_it_sends() -> None:
     assert sw.clients[B].verified is False
     assert got == 200  # everything: 10x what it sends is within 16x plus the base budget
     assert sent_by_b == 20
+
+
+def test_a_receiver_kept_busy_by_broadcasts_still_gets_its_probe() -> None:
+    # The budget's tokens all go to broadcasts at a high rate; the probe must still go out,
+    # or a real DOSBox client under load could never verify (found by bench/soak.py).
+    sw = make()
+    register(sw, A)
+    verify(sw, A)
+    register(sw, B)
+    probes = []
+    for i in range(2000):  # 1,000 broadcasts a second for 2 s
+        now = i / 1000
+        sw.handle(data(node(A), payload=i.to_bytes(2, "big")), A, now)
+        probes += [p for p, to in sw.tick(now) if to == B]
+    assert probes == [ipx.build_ping(sw.clients[B].nonce)]
+
+
+def test_strict_settings_send_an_unproven_address_no_more_than_it_sent() -> None:
+    # unverified budget 0 and credit ratio 1 (README): bytes out <= bytes in, probes included
+    sw = make(
+        unverified_packets_per_second=0,
+        unverified_packet_burst=0,
+        unverified_bytes_per_second=0,
+        unverified_byte_burst=0,
+        unverified_credit_ratio=1.0,
+    )
+    register(sw, A)
+    verify(sw, A)
+    victim: Address = ("10.0.0.99", 5000)
+    spoofed = data(node(victim), payload=b"x" * 30)
+    received = len(spoofed)
+    sent = 0
+    d = sw.handle(spoofed, victim, 0.0)  # a spoofed rejoin
+    for i in range(600):
+        now = i / 10
+        d = sw.handle(data(node(A), payload=i.to_bytes(2, "big") * 20), A, now)
+        sent += len(d.packet or b"") if victim in d.targets else 0
+        sent += sum(len(p) for p, to in sw.tick(now) if to == victim)
+    assert 0 < sent <= received
