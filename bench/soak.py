@@ -163,6 +163,18 @@ class Soak:
             ):
                 self.tally.good_received += 1
 
+    def wait_verified(self) -> None:
+        """Let B answer the bridge's first probe before the traffic starts, as a DOSBox
+        player who connects and then starts a game does (until then it would only get the
+        unverified budget: README "Verification")."""
+        answered = self.tally.sent
+        deadline = time.monotonic() + 5
+        while self.tally.sent == answered:
+            if time.monotonic() > deadline:
+                raise BenchError("the bridge never probed B")
+            self.drain_b()
+            time.sleep(0.05)
+
     def run(self, stream: Iterator[tuple[str, str, bytes]], count: int) -> float:
         """Send ``count`` datagrams at the rate; returns the seconds it took."""
         start = time.monotonic()
@@ -236,6 +248,7 @@ def inner(args: argparse.Namespace) -> int:
                 raise BenchError(f"bridge did not start: {log.read_text(errors='replace')}")
             time.sleep(0.05)
         soak = Soak(args.rate)
+        soak.wait_verified()
         result: dict[str, Any] = {"rate": args.rate}
         for phase, stream, count in (
             ("valid", valid(soak.a.node), args.valid),
@@ -303,14 +316,20 @@ def report(result: dict[str, Any]) -> bool:  # the JSON printed by inner()
     print(f"drop reasons: {result['drop_reasons']}")
     print(f"DirectPlay malformed (inspected, still forwarded): {result['directplay_malformed']}")
     hostile_growth = result["hostile"]["rss_growth_kib"]
+    # Every well-formed broadcast must reach the verified receiver, in both phases.
+    delivered = all(
+        result[p]["good_delivered"] == result[p]["good_sent"] for p in ("valid", "hostile")
+    )
     ok = bool(
         closed
         and exact
+        and delivered
         and result["alive"]
         and not result["traceback_in_log"]
         and hostile_growth < 10 * 1024
     )
     print(
+        f"well-formed broadcasts all delivered: {delivered}, "
         f"alive: {result['alive']}, traceback in log: {result['traceback_in_log']}, "
         f"RSS growth under hostile input < 10 MiB: {hostile_growth < 10 * 1024}"
     )
