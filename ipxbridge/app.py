@@ -19,7 +19,7 @@ from ipxbridge.errors import StartupError
 from ipxbridge.games import game_table
 from ipxbridge.io.interfaces import select_ipv4
 from ipxbridge.io.netlink import TopologyWatcher
-from ipxbridge.io.nftables import KernelFanout
+from ipxbridge.io.nftables import FastPathCounts, KernelFanout, Removal, remove_table
 from ipxbridge.io.probe import DirectPlayProber, dp4_probe
 from ipxbridge.io.relay import (
     BroadcastRelay,
@@ -131,13 +131,13 @@ class Bridge:
         self.heartbeat = 0.0
         self.started_at = time.time()
         self.latency = LatencyHistogram()
-        self._kernel_copies: dict[str, int] = {}
+        self._fastpath = FastPathCounts()  # the fast path's counters, as last read
         self._next_kernel_read = 0.0
         # nft runs for up to 10 s (its timeout): installs and counter reads go to one worker
         # thread of their own, in order, never on the loop (issue 10 item 6) and never queued
         # behind a stuck WireGuard read.
         self._nft_executor: ThreadPoolExecutor | None = None
-        self._kernel_read: asyncio.Future[dict[str, int]] | None = None
+        self._kernel_read: asyncio.Future[FastPathCounts] | None = None
         self._registry = make_registry(self)
 
     async def start(self) -> None:
@@ -159,6 +159,8 @@ class Bridge:
             self._start_ipx(loop)
         if self.config.relay.interfaces:
             await self._start_relay(loop)
+        else:
+            await self._remove_stale_table()  # R18: even with the relay off
         if self.config.http.listen != "off":
             await self._start_http()
         if dp.probe_interval > 0:
@@ -220,8 +222,6 @@ class Bridge:
                 "relay.fast_path is on but cannot be used: "
                 f"{why_not or 'it needs --source-mode preserve'}"
             )
-        if why_not is None:
-            KernelFanout.remove_stale()
         self.fanout = KernelFanout(tuple(cfg.ports)) if fast else None
         policy = RelayPolicy(RelaySettings(SourceMode(mode), cfg.dedup_window, kernel_fanout=fast))
         self.relay = BroadcastRelay(
@@ -236,6 +236,10 @@ class Bridge:
                 f"{exc.strerror} (is another relay or a game on this box using "
                 "them?)"
             ) from None
+        # The relay ports are ours now (a second bridge would have failed above, not taken
+        # the first one's table away). Whatever the fast path setting, a table an earlier run
+        # left must go before the first plan, or broadcasts get two copies (R18).
+        await self._remove_stale_table()
         self._selections = tuple(Selection(i.name, i.role, i.peers) for i in cfg.interfaces)
         self.watcher = TopologyWatcher(self._on_topology)
         await self.watcher.start()
@@ -251,6 +255,26 @@ class Bridge:
             mode,
             "the kernel (nftables fast path)" if fast else "ipxbridge",
         )
+
+    async def _remove_stale_table(self) -> None:
+        """Remove the nftables table of an earlier run that died without removing it.
+
+        After a SIGKILL the kernel keeps copying broadcasts with no bridge (reliability.md
+        R18). Runs on the nft worker (off the loop, and before any install queued after it).
+        """
+        result = await self._nft(remove_table)
+        if result.outcome is Removal.REMOVED:
+            logger.warning(
+                "removed the nftables table ip ipxbridge an earlier run left behind (%d rules):"
+                " it was still copying broadcasts with no bridge running",
+                result.rules,
+            )
+        elif result.outcome is Removal.FAILED:
+            logger.warning("could not remove an earlier run's nftables table: %s", result.detail)
+        elif result.outcome is not Removal.ABSENT:
+            # No nft or no CAP_NET_ADMIN: this run cannot have a table either; after a crash
+            # of a run that had one, `ipxbridge cleanup` as root removes it.
+            logger.debug("no check for an earlier run's nftables table: %s", result.detail)
 
     def _on_topology(self, topology: Topology) -> None:
         """Rebuild the relay plan after a link, address or route change.
@@ -463,7 +487,7 @@ class Bridge:
             return RelaySnapshot()
         c = self.relay_counters
         copies = dict(c.copies)
-        for name, n in self._kernel_copies.items():
+        for name, n in self._fastpath.copies.items():
             copies[name] = copies.get(name, 0) + n
         plan = self._plan or ()
         topo = self.watcher.topology if self.watcher is not None else None
@@ -499,6 +523,7 @@ class Bridge:
             netlink_events=events,
             received_by_interface=by_iface,
             kernel_drops=self.relay.kernel_drops(),
+            fastpath_dropped=dict(self._fastpath.dropped) if self.fanout is not None else None,
         )
 
     def interfaces_json(self) -> list[dict[str, Any]]:
@@ -588,9 +613,9 @@ class Bridge:
             self._nft_executor = ThreadPoolExecutor(1, thread_name_prefix="nft")
         return self._loop.run_in_executor(self._nft_executor, call, *args)
 
-    def _kernel_copies_read(self, future: "asyncio.Future[dict[str, int]]") -> None:
+    def _kernel_counters_read(self, future: "asyncio.Future[FastPathCounts]") -> None:
         if not future.cancelled() and future.exception() is None:
-            self._kernel_copies = future.result()
+            self._fastpath = future.result()
 
     def _tick(self) -> None:
         assert self._loop is not None  # noqa: S101
@@ -606,8 +631,8 @@ class Bridge:
                     and (self._kernel_read is None or self._kernel_read.done())
                 ):
                     self._next_kernel_read = now + 5.0
-                    self._kernel_read = self._nft(self.fanout.copies_by_egress)
-                    self._kernel_read.add_done_callback(self._kernel_copies_read)
+                    self._kernel_read = self._nft(self.fanout.read)
+                    self._kernel_read.add_done_callback(self._kernel_counters_read)
                 # WireGuard peer changes (wg set) raise no netlink event: re-read them, off
                 # the loop (the read can block for seconds; issue item 6).
                 if self.watcher is not None and now >= self._next_peer_check:
@@ -643,17 +668,18 @@ class Bridge:
         if self._wg_executor is not None:
             # A read stuck in the worker ends at its own timeout; stop() does not wait for it.
             self._wg_executor.shutdown(wait=False, cancel_futures=True)
+        if self._nft_executor is not None:
+            # Let a pending install finish first, so the table is not re-created after the
+            # remove below.
+            await asyncio.get_running_loop().run_in_executor(None, self._nft_executor.shutdown)
         if self.fanout is not None:
-            if self._nft_executor is not None:
-                # Let a pending install finish first, so the table is not re-created after
-                # the remove below.
-                await asyncio.get_running_loop().run_in_executor(None, self._nft_executor.shutdown)
-            kernel = self.fanout.copies_by_egress()
+            kernel = self.fanout.read()
             self.fanout.remove()
-            if kernel:
+            if kernel.copies:
                 logger.info(
-                    "kernel fast path copies: %s",
-                    ", ".join(f"{k}={v}" for k, v in sorted(kernel.items())),
+                    "kernel fast path copies: %s; dropped before the socket: %s",
+                    ", ".join(f"{k}={v}" for k, v in sorted(kernel.copies.items())),
+                    ", ".join(f"{k}={v}" for k, v in sorted(kernel.dropped.items())),
                 )
         if self.relay is not None:
             kernel_drops = self.relay.kernel_drops()

@@ -1,4 +1,4 @@
-"""Command line: ``ipxbridge run | check-config | print-default-config | version``.
+"""Command line: ``ipxbridge run | cleanup | check-config | print-default-config | version``.
 
 Exit codes (house style rule 12): 0 ok, 1 runtime failure, 2 usage, configuration or
 start-up error. Errors are one clear line each, never a traceback.
@@ -139,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     interfaces_cmd.add_parser(sub)
 
+    sub.add_parser(
+        "cleanup",
+        help="remove the kernel state a bridge that died left behind (needs CAP_NET_ADMIN)",
+        description="Remove the nftables table ip ipxbridge of this network namespace (the "
+        "fast path of a bridge killed before it could remove it keeps copying broadcasts). "
+        "Run it with no bridge running here. Idempotent. Exit 0: removed or nothing to "
+        "remove; 2: not permitted (run as root or with CAP_NET_ADMIN); 1: nft failed.",
+    )
     check = sub.add_parser("check-config", help="validate a configuration file")
     check.add_argument("file", type=Path)
     sub.add_parser("print-default-config", help="print the embedded default configuration")
@@ -243,6 +251,27 @@ def _sessions(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cleanup() -> int:
+    from ipxbridge.io.nftables import TABLE, Removal, remove_table  # noqa: PLC0415
+
+    result = remove_table()
+    what = f"nftables table ip {TABLE}"
+    if result.outcome is Removal.REMOVED:
+        rules = f"{result.rules} rule{'' if result.rules == 1 else 's'}"
+        print(f"ipxbridge cleanup: removed {what} ({rules})")
+    elif result.outcome is Removal.ABSENT:
+        print(f"ipxbridge cleanup: nothing to remove (no {what})")
+    elif result.outcome is Removal.NO_NFT:
+        print("ipxbridge cleanup: nothing to remove (nft is not installed)")
+    elif result.outcome is Removal.NOT_PERMITTED:
+        _report([f"cleanup needs CAP_NET_ADMIN to remove the {what}: run it as root"])
+        return EXIT_USAGE
+    else:
+        _report([f"cleanup: nft failed: {result.detail}"])
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ipxbridge`` console script."""
     parser = build_parser()
@@ -251,6 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     if args.command == "interfaces":
         return interfaces_cmd.run(args)
+    if args.command == "cleanup":
+        return _cleanup()
     if args.command == "decode":
         return _decode(args)
     if args.command == "sessions":

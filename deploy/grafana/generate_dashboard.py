@@ -317,7 +317,9 @@ TRAFFIC_ROWS: Final = (
             description=(
                 'Packets dropped per second, by path and drop reason; "kernel" counts those'
                 " the kernel discarded at the bridge's socket before it could read them"
-                " (receive buffer full, IpxbridgeKernelDrops)."
+                ' (receive buffer full, IpxbridgeKernelDrops); "fast path" those the nftables'
+                " fast path dropped before the socket (marked copies, originals beyond the"
+                " inspection rate: the kernel still copied them)."
             ),
             unit="pps",
             width=12,
@@ -329,6 +331,10 @@ TRAFFIC_ROWS: Final = (
                 Query(
                     sum_rate("instance, path", "ipxbridge_kernel_dropped_packets_total"),
                     "{{instance}} {{path}}: kernel",
+                ),
+                Query(
+                    sum_rate("instance, reason", "ipxbridge_fastpath_dropped_packets_total"),
+                    "{{instance}} fast path: {{reason}}",
                 ),
             ),
         ),

@@ -20,13 +20,27 @@ a re-created interface gets rules for its new index; deleted on exit):
   segments: two bridges on parallel paths produce one copy each and the storm cannot start.
   Relays therefore do not chain through each other on the fast path (use the Python path,
   ``fast_path: off``, for chained sites).
+
+Lifecycle (reliability.md R18). The table outlives the process: after a SIGKILL or an OOM kill
+the kernel keeps copying with no bridge, and a bridge restarted on the Python path (or with
+the relay off) would then add a second copy of every broadcast. So every start removes the
+table whatever the configuration (``remove_table``), ``ipxbridge cleanup`` does the same for
+an operator, and the systemd unit and the container entrypoint run it after the bridge exits.
+
+Counters (reliability.md R13). Every install replaces the table and its counters restart at
+0; ``KernelFanout`` folds each read into running totals (and reads once more just before a
+replace), so the copies and the ``marked``/``uninspected`` drops it reports only ever grow.
 """
 
+import enum
 import json
 import logging
+import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 from ipxbridge.policy.relay import Egress
@@ -36,6 +50,10 @@ logger = logging.getLogger(__name__)
 TABLE: Final = "ipxbridge"
 DSCP_MARK: Final = 0x2E  # EF; any value works as long as all bridges agree
 INSPECT_PPS: Final = 5000  # originals per second and ingress handed to the inspector
+# Comments of the ruleset's drop counters: the reasons a datagram on a relay port never
+# reaches the bridge's socket (exported as ipxbridge_fastpath_dropped_packets_total).
+FASTPATH_DROP_REASONS: Final = ("marked", "uninspected")
+NFT_TIMEOUT: Final = 10.0
 
 
 def _nft() -> str:
@@ -108,13 +126,124 @@ def ruleset(
     return "\n".join(lines) + "\n", rules
 
 
+def _run_nft(*args: str, script: str | None = None) -> subprocess.CompletedProcess[str]:
+    """One nft command (never through a shell); C locale so errors read the same everywhere.
+
+    Raises:
+        OSError: nft cannot be started.
+        subprocess.TimeoutExpired: nft took longer than ``NFT_TIMEOUT``.
+    """
+    return subprocess.run(  # noqa: S603 - fixed argv, no shell
+        [_nft(), *args],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=NFT_TIMEOUT,
+        check=False,
+        env={**os.environ, "LC_ALL": "C"},
+    )
+
+
+class Removal(enum.Enum):
+    """What ``remove_table`` found."""
+
+    REMOVED = "removed"  # the table was there and is gone
+    ABSENT = "absent"  # nothing of ours in the kernel
+    NO_NFT = "no_nft"  # nft is not installed: ipxbridge cannot have made a table
+    NOT_PERMITTED = "not_permitted"  # nft may not read the ruleset (no CAP_NET_ADMIN)
+    FAILED = "failed"  # nft ran and failed otherwise (the detail says how)
+
+
+@dataclass(frozen=True, slots=True)
+class RemovalResult:
+    """The outcome of ``remove_table``, with nft's own words when it failed."""
+
+    outcome: Removal
+    detail: str = ""
+    rules: int = 0  # rules the removed table held (what was still copying)
+
+
+def remove_table() -> RemovalResult:
+    """Delete ``table ip ipxbridge`` if this network namespace has one (idempotent).
+
+    Never raises: a missing nft, a refusal or a timeout is an outcome.
+    """
+    if shutil.which("nft") is None and not Path(_nft()).exists():
+        return RemovalResult(Removal.NO_NFT, "the nft command is not installed")
+    try:
+        listed = _run_nft("-j", "list", "table", "ip", TABLE)
+        if listed.returncode != 0:
+            err = listed.stderr.strip()
+            if "No such file or directory" in err:
+                return RemovalResult(Removal.ABSENT)
+            if "Operation not permitted" in err:
+                return RemovalResult(Removal.NOT_PERMITTED, _first_line(err))
+            return RemovalResult(Removal.FAILED, _first_line(err))
+        rules = sum(1 for item in _items(listed.stdout) if "rule" in item)
+        deleted = _run_nft("delete", "table", "ip", TABLE)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return RemovalResult(Removal.FAILED, str(exc))
+    if deleted.returncode != 0:
+        err = deleted.stderr.strip()
+        if "No such file or directory" in err:  # gone meanwhile: nothing of ours is left
+            return RemovalResult(Removal.ABSENT)
+        return RemovalResult(Removal.FAILED, _first_line(err))
+    return RemovalResult(Removal.REMOVED, rules=rules)
+
+
+def _first_line(text: str) -> str:
+    return text.splitlines()[0] if text else "no message"
+
+
+def _items(stdout: str) -> list[dict[str, dict[str, object]]]:
+    try:
+        items = json.loads(stdout)["nftables"]
+    except (ValueError, KeyError, TypeError):
+        return []
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+@dataclass(frozen=True, slots=True)
+class FastPathCounts:
+    """The fast path's counters since the bridge started (monotonic across reinstalls)."""
+
+    copies: dict[str, int] = field(default_factory=dict)  # by egress interface
+    dropped: dict[str, int] = field(default_factory=dict)  # by FASTPATH_DROP_REASONS
+
+
+def parse_counters(stdout: str) -> dict[tuple[str, str], int] | None:
+    """Packet counters of the table's commented rules, keyed by (chain, comment).
+
+    None if the listing cannot be read. Pure (unit-tested).
+    """
+    try:
+        items = json.loads(stdout)["nftables"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    out: dict[tuple[str, str], int] = {}
+    for item in items:
+        rule = item.get("rule") if isinstance(item, dict) else None
+        if not rule or not rule.get("comment"):
+            continue
+        for expr in rule.get("expr", []):
+            if "counter" in expr:
+                key = (str(rule.get("chain", "")), str(rule["comment"]))
+                out[key] = out.get(key, 0) + int(expr["counter"]["packets"])
+    return out
+
+
 class KernelFanout:
-    """Installs and removes the ruleset; reads per-egress copy counters."""
+    """Installs and removes the ruleset; reads its counters as running totals.
+
+    Used from one thread at a time (the bridge's nft worker, then ``stop``).
+    """
 
     def __init__(self, ports: tuple[int, ...]) -> None:
         self.ports = ports
         self.rules: list[FanoutRule] = []
         self.installed = False
+        self._totals: Counter[tuple[str, str]] = Counter()  # since start, by (chain, comment)
+        self._last: dict[tuple[str, str], int] = {}  # raw counters of the installed table
 
     @staticmethod
     def available() -> str | None:
@@ -132,6 +261,8 @@ class KernelFanout:
     def install(self, egresses: tuple[Egress, ...]) -> bool:
         """Replace the ruleset atomically; False (and logged) if nft refused it."""
         script, rules = ruleset(egresses, self.ports)
+        if self.installed:
+            self.read()  # the replace zeroes the counters: fold in what they hold now
         res = subprocess.run(  # noqa: S603 - fixed argv, no shell
             [_nft(), "-f", "-"],
             input=script,
@@ -142,9 +273,10 @@ class KernelFanout:
         )
         if res.returncode != 0:
             logger.error("nft refused the fan-out rules: %s", res.stderr.strip())
-            return False
+            return False  # nft -f is atomic: the old table and its counters stay
         self.rules = rules
         self.installed = True
+        self._last = {}
         return True
 
     def remove(self) -> None:
@@ -156,34 +288,44 @@ class KernelFanout:
     @staticmethod
     def remove_stale() -> None:
         """Delete a table a crashed earlier run may have left (it would keep copying)."""
-        subprocess.run(  # noqa: S603 - fixed argv, no shell
-            [_nft(), "delete", "table", "ip", TABLE], capture_output=True, timeout=10, check=False
-        )
+        remove_table()
+
+    def fold(self, raw: dict[tuple[str, str], int]) -> None:
+        """Add a reading of the installed table's counters to the running totals."""
+        for key, packets in raw.items():
+            last = self._last.get(key, 0)
+            # Lower than last time: the table was replaced behind our back (its counters
+            # started again at 0), so all of it is new.
+            self._totals[key] += packets - last if packets >= last else packets
+        self._last = raw
+
+    def counts(self) -> FastPathCounts:
+        """The running totals, by egress and by drop reason."""
+        copies: dict[str, int] = {}
+        dropped = dict.fromkeys(FASTPATH_DROP_REASONS, 0)
+        for (_chain, comment), packets in self._totals.items():
+            if comment in dropped:
+                dropped[comment] += packets
+            elif ">" in comment:
+                egress = comment.split(">", 1)[1]
+                copies[egress] = copies.get(egress, 0) + packets
+        return FastPathCounts(copies, dropped)
+
+    def read(self) -> FastPathCounts:
+        """Read the kernel's counters into the totals and return them.
+
+        If nft cannot be read now, the last totals.
+        """
+        if self.installed:
+            try:
+                res = _run_nft("-j", "list", "table", "ip", TABLE)
+            except (OSError, subprocess.TimeoutExpired):
+                res = None
+            raw = parse_counters(res.stdout) if res is not None and res.returncode == 0 else None
+            if raw is not None:
+                self.fold(raw)
+        return self.counts()
 
     def copies_by_egress(self) -> dict[str, int]:
         """Packets each egress has been sent by the kernel, from the rule counters."""
-        if not self.installed:
-            return {}
-        res = subprocess.run(  # noqa: S603 - fixed argv, no shell
-            [_nft(), "-j", "list", "table", "ip", TABLE],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        if res.returncode != 0:
-            return {}
-        out: dict[str, int] = {}
-        try:
-            items = json.loads(res.stdout)["nftables"]
-        except (ValueError, KeyError):
-            return {}
-        for item in items:
-            rule = item.get("rule")
-            if not rule or ">" not in rule.get("comment", ""):
-                continue
-            egress = rule["comment"].split(">", 1)[1]
-            for expr in rule.get("expr", []):
-                if "counter" in expr:
-                    out[egress] = out.get(egress, 0) + int(expr["counter"]["packets"])
-        return out
+        return self.read().copies

@@ -88,6 +88,8 @@ class RelaySnapshot:
     netlink_events: dict[str, int] = field(default_factory=dict)
     received_by_interface: dict[str, int] = field(default_factory=dict)
     kernel_drops: int | None = None  # at the relay ports; None: unknown (no /proc)
+    # nftables fast path drops before the socket, by reason; None: no fast path
+    fastpath_dropped: dict[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +172,20 @@ class BridgeCollector(Collector):
             if state.enabled and state.kernel_drops is not None:
                 kernel.add_metric([path], state.kernel_drops)
         yield kernel
+
+        # Also never received: on the fast path, what nftables dropped before the relay socket
+        # (R13's books: received + kernel drops + these = every datagram on a relay port).
+        fastpath = CounterMetricFamily(
+            "ipxbridge_fastpath_dropped_packets",
+            "Datagrams on the relay ports the nftables fast path dropped before the bridge's"
+            " socket, by reason (marked: a relayed copy, looped back or another bridge's;"
+            " uninspected: an original the kernel copied, beyond the inspection rate).",
+            labels=["reason"],
+        )
+        if relay.enabled and relay.fastpath_dropped is not None:
+            for reason, n in sorted(relay.fastpath_dropped.items()):
+                fastpath.add_metric([reason], n)
+        yield fastpath
 
         copies = CounterMetricFamily(
             "ipxbridge_sent_copies",

@@ -59,6 +59,7 @@ IPXBRIDGE_METRICS = frozenset(
         "ipxbridge_control_packets_total",
         "ipxbridge_dropped_packets_total",
         "ipxbridge_kernel_dropped_packets_total",
+        "ipxbridge_fastpath_dropped_packets_total",
         "ipxbridge_sent_copies_total",
         "ipxbridge_send_errors_total",
         "ipxbridge_bytes_total",
