@@ -35,8 +35,19 @@
 #      capabilities, so the unprivileged Python process has them in its effective set.
 #      The bounding set is cut down too when CAP_SETPCAP is available (with
 #      --cap-drop ALL it is not, and no_new_privs already stops regaining them).
-#   3. With exec, ipxbridge itself becomes PID 1. It installs SIGTERM/SIGINT handlers
-#      (clean stop) and a SIGHUP handler (reload), so `docker stop` works without an init.
+#   3. Without NET_ADMIN, exec: ipxbridge itself becomes PID 1. It installs SIGTERM/SIGINT
+#      handlers (clean stop) and a SIGHUP handler (reload), so `docker stop` works without an
+#      init.
+#   3'. With NET_ADMIN the bridge may leave kernel state: the fast path's nftables table
+#      outlives a bridge that is killed, keeps copying broadcasts with no bridge, and on the
+#      host's network doubles every broadcast of the next, Python-path bridge (reliability.md
+#      R18). So this script stays PID 1 as a supervisor. It steps down to uid 10001 itself
+#      first, keeping NET_ADMIN for `ipxbridge cleanup` (as root without CAP_KILL it could
+#      not signal a uid 10001 bridge). It runs cleanup, starts the bridge as its child
+#      without NET_ADMIN unless the fast path wants it, passes SIGTERM, SIGINT and SIGHUP on,
+#      waits for the bridge to exit however it exits (an OOM kill included), runs cleanup
+#      again and exits with the bridge's status. Only a SIGKILL of the whole container
+#      skips the second cleanup; the next start's cleanup (and the bridge's own) covers it.
 # Other subcommands (check-config, version, sessions, interfaces, decode...) are
 # passed through unchanged, with no capability checks.
 # Started as non-root (docker run --user ...), it just execs ipxbridge. In that case the
@@ -65,6 +76,44 @@ die() {
     exit 2
 }
 
+supervise() { # supervise SETPRIV_CAPS ARGS...: step 3' above, as uid 10001
+    child_caps=$1
+    shift
+    cleanup() { # its output goes to stderr: stdout stays the bridge's
+        "$EXEC" cleanup >&2 || say "cleanup failed (exit $?)"
+    }
+    child=""
+    stop_signal=""
+    forward() { # forward SIGNAL: pass it on to the bridge (a stop before it runs is kept)
+        if [ -n "$child" ]; then
+            kill -s "$1" "$child" 2>/dev/null || true
+        elif [ "$1" != HUP ]; then
+            stop_signal=$1
+        fi
+    }
+    # PID 1 gets no default action for these: without a trap they would be lost.
+    trap 'forward TERM' TERM
+    trap 'forward INT' INT
+    trap 'forward HUP' HUP
+    cleanup
+    setpriv --inh-caps="-all$child_caps" --ambient-caps="-all$child_caps" -- "$EXEC" "$@" &
+    child=$!
+    if [ -n "$stop_signal" ]; then forward "$stop_signal"; fi
+    while :; do
+        status=0
+        wait "$child" || status=$?
+        # A trapped signal ends `wait` early (status > 128) while the bridge still runs.
+        kill -0 "$child" 2>/dev/null || break
+    done
+    cleanup
+    exit "$status"
+}
+
+if [ -n "${IPXBRIDGE_ENTRYPOINT_SUPERVISE+set}" ]; then
+    child_caps=$IPXBRIDGE_ENTRYPOINT_SUPERVISE
+    unset IPXBRIDGE_ENTRYPOINT_SUPERVISE # the bridge reads IPXBRIDGE_* as configuration
+    supervise "$child_caps" "$@"
+fi
 if [ "$(id -u)" != 0 ]; then
     exec "$EXEC" "$@"
 fi
@@ -218,6 +267,21 @@ bounding=""
 if has_cap "$CAP_SETPCAP"; then
     bounding="--bounding-set=-all$caps"
 fi
+if has_cap "$CAP_NET_ADMIN"; then
+    case "$caps," in
+        *,+net_admin,*) supervisor_caps=$caps ;;
+        *) supervisor_caps="$caps,+net_admin" ;;
+    esac
+    if has_cap "$CAP_SETPCAP"; then
+        bounding="--bounding-set=-all$supervisor_caps"
+    fi
+    export IPXBRIDGE_ENTRYPOINT_SUPERVISE="$caps"
+    # shellcheck disable=SC2086 # $bounding is one word or nothing
+    exec setpriv --reuid="$RUN_UID" --regid="$RUN_GID" --clear-groups --nnp \
+        --inh-caps="-all$supervisor_caps" --ambient-caps="-all$supervisor_caps" $bounding \
+        -- "$0" "$@"
+fi
+# No NET_ADMIN, no kernel state to clean up: the bridge itself becomes PID 1.
 # shellcheck disable=SC2086 # $bounding is one word or nothing
 exec setpriv --reuid="$RUN_UID" --regid="$RUN_GID" --clear-groups --nnp \
     --inh-caps="-all$caps" --ambient-caps="-all$caps" $bounding \

@@ -313,6 +313,81 @@ def test_sigterm_stops_the_bridge_cleanly_as_pid_1(
     assert "stopped; IPX:" in bridge.log()
 
 
+def has_table(ns: str) -> bool:
+    res = sh("ip", "netns", "exec", ns, "nft", "list", "table", "ip", "ipxbridge", check=False)
+    return res.returncode == 0
+
+
+def pids_by_name(ns: str) -> dict[str, list[str]]:
+    """The processes in ``ns`` by their Name in /proc (the shell, the bridge)."""
+    out: dict[str, list[str]] = {}
+    for pid in sh("ip", "netns", "pids", ns).stdout.split():
+        st = status_fields(Path(f"/proc/{pid}/status").read_text())
+        out.setdefault(st["Name"], []).append(pid)
+    return out
+
+
+@pytest.mark.netns
+def test_with_net_admin_it_stays_pid_1_and_removes_the_table_however_the_bridge_ends(
+    net: Netns, launcher: Launcher, workdir: Path
+) -> None:
+    """R18 in the container: with NET_ADMIN the bridge's fast-path table could outlive it, so
+    the entrypoint stays PID 1, passes signals on and runs ``ipxbridge cleanup`` before the
+    bridge starts and after it exits: a SIGTERM (clean stop, exit 0) or a SIGKILL of the
+    bridge alone (an OOM kill: the table would stay and keep copying)."""
+    require("nft")
+    box, a, b = net.add("nadm"), net.add("na"), net.add("nb")
+    net.link(a, "eth0", "10.73.1.10/24", box, "lanA", "10.73.1.1/24")
+    net.link(box, "lanB", "10.73.2.1/24", b, "eth0", "10.73.2.20/24")
+    caps = (*COMPOSE_CAPS, "net_admin")
+    args = ("run", "--ipx-listen", "off", "--iface", "lanA", "--iface", "lanB")
+
+    def start(*extra: str) -> EntrypointBridge:
+        argv = ["unshare", "--pid", "--fork", "--", *launcher.argv(box, caps, (*args, *extra))]
+        return EntrypointBridge(
+            argv, launcher.env("ipxbridge"), workdir, ready=r"relaying between: .*lanA.*lanB"
+        )
+
+    # a table an earlier run left is gone before the bridge starts, even on the Python path
+    sh("ip", "netns", "exec", box, "nft", "add", "table", "ip", "ipxbridge")
+    bridge = start("--fast-path", "off")
+    try:
+        assert not has_table(box)
+        procs = pids_by_name(box)
+        (shell,) = procs["entrypoint.sh"]
+        (python,) = [
+            pid for name, pids in procs.items() if name.startswith("python") for pid in pids
+        ]
+        sup = status_fields(Path(f"/proc/{shell}/status").read_text())
+        assert sup["NSpid"].split()[-1] == "1"
+        # stepped down too (root without CAP_KILL could not signal the bridge), NET_ADMIN kept
+        assert sup["Uid"].split() == [str(RUN_UID)] * 4
+        assert int(sup["CapAmb"], 16) == mask(CAP_NET_RAW, CAP_NET_ADMIN)
+        st = status_fields(Path(f"/proc/{python}/status").read_text())
+        assert st["Uid"].split()[0] == str(RUN_UID)
+        assert int(st["CapAmb"], 16) == mask(CAP_NET_RAW)  # no fast path: no NET_ADMIN
+        os.kill(int(shell), signal.SIGTERM)  # docker stop: to PID 1, passed on to the bridge
+        assert bridge.proc.wait(10) == 0, bridge.log()
+    finally:
+        bridge.stop()
+    assert "stopped; relay:" in bridge.log()  # the bridge's own clean stop
+
+    # the fast path, then the bridge alone killed (the OOM killer): cleanup still runs
+    bridge = start("--source-mode", "preserve", "--fast-path", "on")
+    try:
+        assert has_table(box)
+        procs = pids_by_name(box)
+        (python,) = [
+            pid for name, pids in procs.items() if name.startswith("python") for pid in pids
+        ]
+        os.kill(int(python), signal.SIGKILL)
+        assert bridge.proc.wait(10) == 128 + signal.SIGKILL, bridge.log()
+    finally:
+        bridge.stop()
+    assert not has_table(box), bridge.log()
+    assert "ipxbridge cleanup: removed nftables table ip ipxbridge" in bridge.log()
+
+
 # --- what the entrypoint decides ---------------------------------------------------------
 
 
