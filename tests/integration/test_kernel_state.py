@@ -9,13 +9,11 @@ The kernel never forwards a broadcast, so whatever reaches ``hb`` on a relay por
 by a relay in ``box``: the bridge's Python path, or the table ``ip ipxbridge``.
 """
 
-import multiprocessing
 import re
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +47,9 @@ def site(net: Netns) -> Site:
 
 
 def start(s: Site, workdir: Path, *args: str, ready: str = READY) -> BridgeProcess:
-    return BridgeProcess(s.net, s.box, "--metrics-listen", "off", *args, log_dir=workdir, ready=ready)
+    return BridgeProcess(
+        s.net, s.box, "--metrics-listen", "off", *args, log_dir=workdir, ready=ready
+    )
 
 
 def relay_args(fast_path: str) -> tuple[str, ...]:
