@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from ipxbridge import __version__, interfaces_cmd
-from ipxbridge.config import DEFAULT_CONFIG_YAML, ConfigError, load_config, parse_host_port
+from ipxbridge.config import (
+    DEFAULT_CONFIG_YAML,
+    ConfigError,
+    check_interface_pattern,
+    load_config,
+    parse_host_port,
+)
 from ipxbridge.errors import StartupError
 from ipxbridge.obs.logging import setup_logging
 
@@ -35,6 +41,14 @@ def _listen_arg(text: str) -> str:
 def _peer_arg(text: str) -> str:
     try:
         return str(parse_host_port(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def iface_arg(text: str) -> str:
+    """``--iface``: a name, glob or CIDR; an empty one is a usage error (exit 2), not "none"."""
+    try:
+        return check_interface_pattern(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -65,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--iface",
+        type=iface_arg,
         action="append",
         metavar="NAME",
         help="relay broadcasts on this interface (name, glob or CIDR), repeatable",
@@ -124,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ses.add_argument(
         "--iface",
+        type=iface_arg,
         action="append",
         default=[],
         metavar="IF",

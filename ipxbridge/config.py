@@ -2,8 +2,11 @@
 
 Order of precedence (house style rule 12): the embedded defaults, then the YAML file, then
 ``IPXBRIDGE_<SECTION>__<KEY>`` environment variables, then command-line flags (applied by
-the CLI). Validation reports **every** error as ``FILE:LINE: path.to.key: message``; unknown
-keys are errors. The result is immutable.
+the CLI). Validation reports **every** error as ``FILE:LINE: path.to.key: message``. Unknown
+keys are errors, and so are a key given twice in one mapping (YAML would silently keep the
+last one) and a boolean where a number belongs (pydantic would take ``true`` as 1): numbers are
+strict, which the environment keeps working with since its values are read as YAML too. The
+result is immutable.
 """
 
 import ipaddress
@@ -204,25 +207,25 @@ class IpxSection(_Model):
 
     listen: str = f"0.0.0.0:{DEFAULT_IPX_PORT}"
     peers: tuple[PeerAddress, ...] = ()
-    max_clients: Annotated[int, Field(ge=1, le=65_536)] = 256
-    idle_timeout: Annotated[float, Field(gt=0, le=86_400)] = 600.0
-    keepalive_interval: Annotated[float, Field(gt=0, le=3_600)] = 5.0
+    max_clients: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 256
+    idle_timeout: Annotated[float, Field(gt=0, le=86_400, strict=True)] = 600.0
+    keepalive_interval: Annotated[float, Field(gt=0, le=3_600, strict=True)] = 5.0
     answer_pings: bool = True
     # 0 everywhere (and a credit ratio of 1) = nothing beyond what the address itself sent.
-    unverified_packets_per_second: Annotated[float, Field(ge=0, le=100_000)] = 4.0
-    unverified_packet_burst: Annotated[int, Field(ge=0, le=100_000)] = 8
-    unverified_bytes_per_second: Annotated[float, Field(ge=0, le=100_000_000)] = 2048.0
-    unverified_byte_burst: Annotated[int, Field(ge=0, le=100_000_000)] = 4096
-    unverified_credit_ratio: Annotated[float, Field(ge=0, le=1_000)] = 16.0
-    max_unverified: Annotated[int, Field(ge=1, le=65_536)] = 256
-    max_unverified_per_ip: Annotated[int, Field(ge=1, le=65_536)] = 16
+    unverified_packets_per_second: Annotated[float, Field(ge=0, le=100_000, strict=True)] = 4.0
+    unverified_packet_burst: Annotated[int, Field(ge=0, le=100_000, strict=True)] = 8
+    unverified_bytes_per_second: Annotated[float, Field(ge=0, le=100_000_000, strict=True)] = 2048.0
+    unverified_byte_burst: Annotated[int, Field(ge=0, le=100_000_000, strict=True)] = 4096
+    unverified_credit_ratio: Annotated[float, Field(ge=0, le=1_000, strict=True)] = 16.0
+    max_unverified: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 256
+    max_unverified_per_ip: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 16
     rejoin: bool = True
     # Networks whose DOSBox-protocol clients may register; empty = anyone (RFC 1234 peers are
     # listed in ``peers`` and are not affected).
     clients_allow: tuple[Network, ...] = ()
-    dedup_window: Annotated[float, Field(ge=0, le=60)] = 2.0
+    dedup_window: Annotated[float, Field(ge=0, le=60, strict=True)] = 2.0
     filter_sockets: bool = True
-    filtered_sockets: tuple[Annotated[int, Field(ge=0, le=0xFFFF)], ...] = tuple(
+    filtered_sockets: tuple[Annotated[int, Field(ge=0, le=0xFFFF, strict=True)], ...] = tuple(
         sorted(DEFAULT_FILTERED_SOCKETS)
     )
 
@@ -233,6 +236,20 @@ class IpxSection(_Model):
             return _check_listen(value)
         except ValueError as exc:
             raise ValueError(f"{exc} (expected ADDR:PORT or off)") from None
+
+
+def check_interface_pattern(value: str) -> str:
+    """An interface name, glob or CIDR as given: anything but empty.
+
+    Raises:
+        ValueError: the pattern is empty or only blanks (it would select nothing, silently).
+    """
+    if not value.strip():
+        raise ValueError("empty interface name (expected a name, a glob like wg* or a CIDR)")
+    return value
+
+
+InterfacePattern = Annotated[str, AfterValidator(check_interface_pattern)]
 
 
 def _check_guid_table(value: dict[str, str]) -> dict[str, str]:
@@ -248,12 +265,12 @@ class DirectPlaySection(_Model):
     """DirectPlay inspection, the session list and active probing."""
 
     # Seconds between probe rounds; 0 turns probing off. At most one round per second.
-    probe_interval: Annotated[float, Field(ge=0, le=3600)] = 0.0
+    probe_interval: Annotated[float, Field(ge=0, le=3600, strict=True)] = 0.0
     # Interfaces to probe on (names, globs or CIDRs); empty = every IPv4 interface but lo.
-    probe_interfaces: tuple[str, ...] = ()
+    probe_interfaces: tuple[InterfacePattern, ...] = ()
     probe_ipx: bool = True
-    session_expiry: Annotated[float, Field(gt=0, le=86_400)] = 60.0
-    max_sessions: Annotated[int, Field(ge=1, le=100_000)] = 1024
+    session_expiry: Annotated[float, Field(gt=0, le=86_400, strict=True)] = 60.0
+    max_sessions: Annotated[int, Field(ge=1, le=100_000, strict=True)] = 1024
     games: Annotated[dict[str, str], AfterValidator(_check_guid_table)] = Field(
         default_factory=dict
     )
@@ -269,7 +286,7 @@ class DirectPlaySection(_Model):
 class RelayInterface(_Model):
     """One interface (or a set: glob / CIDR) to relay broadcasts on."""
 
-    name: str  # interface name, glob ("wg*") or CIDR ("10.8.0.0/24")
+    name: InterfacePattern  # interface name, glob ("wg*") or CIDR ("10.8.0.0/24")
     role: Literal["auto", "lan", "p2p"] = "auto"
     # Unicast targets on a p2p interface; empty = read the WireGuard AllowedIPs (/32s).
     peers: tuple[Annotated[str, AfterValidator(lambda v: str(ipaddress.IPv4Address(v)))], ...] = ()
@@ -279,12 +296,12 @@ class RelaySection(_Model):
     """Broadcast fan-out across interfaces and VPNs."""
 
     interfaces: tuple[RelayInterface, ...] = ()  # empty: the relay is off
-    ports: tuple[Annotated[int, Field(ge=1, le=65_535)], ...] = (47624, 6073)
+    ports: tuple[Annotated[int, Field(ge=1, le=65_535, strict=True)], ...] = (47624, 6073)
     source_mode: Literal["auto", "preserve", "rewrite"] = "auto"
     # Kernel fast path (nftables dup) for preserve mode: auto = when nft and CAP_NET_ADMIN
     # are available. Off: every copy is made in Python (needed to chain relays).
     fast_path: Literal["auto", "on", "off"] = "auto"
-    dedup_window: Annotated[float, Field(ge=0, le=60)] = 2.0
+    dedup_window: Annotated[float, Field(ge=0, le=60, strict=True)] = 2.0
 
 
 class HttpSection(_Model):
@@ -366,7 +383,8 @@ def _line_of(root: yaml.Node | None, path: tuple[int | str, ...]) -> int | None:
     line = node.start_mark.line + 1 if node is not None else None
     for part in path:
         if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
+            # last occurrence first: that is the value YAML keeps (a duplicate is an error too)
+            for key_node, value_node in reversed(node.value):
                 if key_node.value == part:
                     # an unknown key is reported on the key's own line
                     line = key_node.start_mark.line + 1
@@ -382,6 +400,43 @@ def _line_of(root: yaml.Node | None, path: tuple[int | str, ...]) -> int | None:
         else:
             return line
     return line
+
+
+def _duplicate_keys(root: yaml.Node | None, label: str) -> list[str]:
+    """``FILE:LINE: path: duplicate key`` for every key given twice in one mapping.
+
+    PyYAML keeps the last value without a word, so a setting written twice (two ``relay:``
+    sections, say) silently loses the first. Merge keys (``<<``) are YAML's own way of
+    combining mappings and are not counted. Each node is visited once, so aliases can neither
+    loop nor multiply the work.
+    """
+    errors: list[str] = []
+    seen_nodes: set[int] = set()
+    todo: list[tuple[yaml.Node, tuple[int | str, ...]]] = [] if root is None else [(root, ())]
+    while todo:
+        node, path = todo.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], int] = {}
+            for key_node, value_node in node.value:
+                key = str(key_node.value)
+                line = key_node.start_mark.line + 1
+                if isinstance(key_node, yaml.ScalarNode) and key != "<<":
+                    ident = (key_node.tag, key)
+                    if ident in first:
+                        dotted = ".".join(str(p) for p in (*path, key))
+                        errors.append(
+                            f"{label}:{line}: {dotted}: duplicate key {key!r} (first at line "
+                            f"{first[ident]}; YAML would silently keep only this one)"
+                        )
+                    else:
+                        first[ident] = line
+                todo.append((value_node, (*path, key)))
+        elif isinstance(node, yaml.SequenceNode):
+            todo += [(item, (*path, i)) for i, item in enumerate(node.value)]
+    return sorted(errors, key=lambda e: int(e[len(label) + 1 :].split(":", 1)[0]))
 
 
 def load_config(
@@ -425,12 +480,14 @@ def load_config(
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([f"{label}:1: the top level must be a mapping of sections"])
+    duplicates = _duplicate_keys(root, label)
     overrides, errors = _env_overrides(env)
     merged = _merge(data, overrides)
     if flags:
         merged = _merge(merged, flags)
+    errors = duplicates + errors
     try:
-        return Config.model_validate(merged)
+        config = Config.model_validate(merged)
     except ValidationError as exc:
         for err in exc.errors():
             loc = tuple(err["loc"])
@@ -444,10 +501,17 @@ def load_config(
             message = str(err["msg"]).removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 message = "unknown key"
+            elif err["type"] in {"int_type", "float_type"} and isinstance(err["input"], bool):
+                # YAML's true/false/yes/no/on/off: pydantic's lax mode would have read 1 or 0
+                wanted = "an integer" if err["type"] == "int_type" else "a number"
+                message = f"expected {wanted}, not the boolean {str(err['input']).lower()}"
             elif "input" in err and not isinstance(err["input"], dict | list):
                 message += f" (got {err['input']!r})"
             errors.append(f"{where}: {dotted}: {message}")
         raise ConfigError(errors) from None
+    if errors:
+        raise ConfigError(errors)
+    return config
 
 
 def _env_key(loc: tuple[int | str, ...], overrides: Mapping[str, Any]) -> str | None:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ipxbridge.config import check_interface_pattern
 from ipxbridge.policy.topology import Interface, Topology, select
 
 # DirectPlay 4 session enumeration (MC-DPL4CS 3.1.4.1) and DirectPlay 8 DPNSVR (IANA 6073):
@@ -55,10 +56,18 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _pattern(text: str) -> str:
+    try:
+        return check_interface_pattern(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="JSON list, one object per interface")
     parser.add_argument(
         "--iface",
+        type=_pattern,
         action="append",
         default=[],
         metavar="PATTERN",

@@ -50,6 +50,31 @@ def test_good_file() -> None:
                 ":7: logging.level: Input should be 'debug', 'info', 'warning' or 'error'",
             ],
         ),
+        # Issue 11 item 8: PyYAML keeps the last of two equal keys without a word.
+        (
+            "duplicate_key.yaml",
+            [
+                ":4: ipx.max_clients: duplicate key 'max_clients' (first at line 2;",
+                ":7: relay: duplicate key 'relay' (first at line 5;",
+            ],
+        ),
+        # ...and pydantic's lax mode read a boolean as 1 or 0 where a number belongs.
+        (
+            "bool_number.yaml",
+            [
+                ":2: ipx.max_clients: expected an integer, not the boolean true",
+                ":3: ipx.idle_timeout: expected a number, not the boolean false",
+                ":5: relay.ports.1: expected an integer, not the boolean true",
+                ":7: directplay.probe_interval: expected a number, not the boolean true",
+            ],
+        ),
+        (
+            "empty_iface.yaml",
+            [
+                ":4: relay.interfaces.1.name: empty interface name",
+                ":6: directplay.probe_interfaces.0: empty interface name",
+            ],
+        ),
     ],
 )
 def test_broken_files_report_file_line_and_path(name: str, expected: list[str]) -> None:
@@ -66,8 +91,42 @@ def test_environment_overrides_file_and_errors_name_the_variable() -> None:
     errors = errors_of("good.yaml", {"IPXBRIDGE_IPX__MAX_CLIENTS": "many"})
     assert errors == [
         "environment IPXBRIDGE_IPX__MAX_CLIENTS: ipx.max_clients: Input should be a valid "
-        "integer, unable to parse string as an integer (got 'many')"
+        "integer (got 'many')"
     ]
+
+
+def test_numbers_from_the_environment_still_work_and_a_boolean_there_is_an_error() -> None:
+    """Strict numbers: the environment's values are read as YAML, so 7 and 2.5 are numbers."""
+    env = {"IPXBRIDGE_IPX__MAX_CLIENTS": "7", "IPXBRIDGE_IPX__IDLE_TIMEOUT": "30"}
+    cfg = load_config(CONF / "good.yaml", env)
+    assert (cfg.ipx.max_clients, cfg.ipx.idle_timeout) == (7, 30.0)
+    assert errors_of("good.yaml", {"IPXBRIDGE_DIRECTPLAY__MAX_SESSIONS": "yes"}) == [
+        "environment IPXBRIDGE_DIRECTPLAY__MAX_SESSIONS: directplay.max_sessions: expected an "
+        "integer, not the boolean true"
+    ]
+
+
+def errors_in(path: Path, text: str) -> list[str]:
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {})
+    return info.value.errors
+
+
+def test_a_duplicate_key_is_reported_with_every_other_error(tmp_path: Path) -> None:
+    errors = errors_in(tmp_path / "c.yaml", "ipx:\n  max_clients: 1\n  max_clients: true\n")
+    assert [e.split(": ", 1)[1] for e in errors] == [
+        "ipx.max_clients: duplicate key 'max_clients' (first at line 2; YAML would silently "
+        "keep only this one)",
+        "ipx.max_clients: expected an integer, not the boolean true",  # the value YAML kept
+    ]
+    assert [e.split(": ", 1)[0].rsplit(":", 1)[1] for e in errors] == ["3", "3"]
+
+
+def test_aliases_and_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    text = "base: &b {level: info}\nlogging:\n  <<: *b\n  format: json\n"
+    assert errors_in(path, text) == [f"{path}:1: base: unknown key"]
 
 
 def test_clients_allow_is_lenient_on_host_bits_and_names_the_variable_of_a_bad_item() -> None:
@@ -141,6 +200,20 @@ def test_bad_flag_is_usage_error() -> None:
     res = run_cli("run", "--ipx-listen", "nowhere:port")
     assert res.returncode == 2
     assert "expected ADDR:PORT or off" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "sessions", "interfaces"])
+@pytest.mark.parametrize("name", ["", "  "])
+def test_empty_iface_flag_is_a_usage_error_naming_the_flag(command: str, name: str) -> None:
+    """Issue 11 item 8: ``--iface ''`` used to start a bridge that relays nothing."""
+    extra = ["--probe"] if command == "sessions" else []
+    res = run_cli(command, *extra, "--iface", name)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"ipxbridge {command}: error: argument --iface: empty interface name (expected a name,"
+        " a glob like wg* or a CIDR)"
+    )
     assert "Traceback" not in res.stderr
 
 
