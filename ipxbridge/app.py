@@ -155,12 +155,14 @@ class Bridge:
                 "nothing to run: the IPX tunnel is off (--ipx-listen off), "
                 "no relay interface is given (--iface) and probing is off"
             )
+        if not self.config.relay.interfaces:
+            # R18: even with the relay off, and before anything says the bridge is up, so an
+            # earlier run's table copies nothing once the first service is listening.
+            await self._remove_stale_table()
         if ipx.listen != "off":
             self._start_ipx(loop)
         if self.config.relay.interfaces:
             await self._start_relay(loop)
-        else:
-            await self._remove_stale_table()  # R18: even with the relay off
         if self.config.http.listen != "off":
             await self._start_http()
         if dp.probe_interval > 0:
