@@ -27,6 +27,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
@@ -95,6 +96,14 @@ relay:
   # Its copies are DSCP-marked and never relayed again, so bridges on it do not chain.
   fast_path: auto
   dedup_window: 2.0
+  # rewrite mode: each (player, egress) is a flow with its own socket (a file descriptor).
+  # Players who came back after a host answered them are kept apart from flows that are not
+  # (yet) proven, so a flood of spoofed one-packet sources only churns the unproven ones;
+  # a full pool evicts its oldest flow, and one player address holds at most
+  # max_flows_per_source. Flows idle for 120 s expire.
+  max_flows: 1024
+  max_unproven_flows: 128
+  max_flows_per_source: 16
 directplay:
   # Send our own DirectPlay 4/8 session enumerations every N seconds (0 = off, min 1) so the
   # game list fills even when no player is searching.
@@ -302,6 +311,19 @@ class RelaySection(_Model):
     # are available. Off: every copy is made in Python (needed to chain relays).
     fast_path: Literal["auto", "on", "off"] = "auto"
     dedup_window: Annotated[float, Field(ge=0, le=60, strict=True)] = 2.0
+    # Rewrite-mode flow table (policy/flows.py): sockets in all, of which unproven at most,
+    # and flows per player address.
+    max_flows: Annotated[int, Field(ge=2, le=65_536, strict=True)] = 1024
+    max_unproven_flows: Annotated[int, Field(ge=1, le=65_535, strict=True)] = 128
+    max_flows_per_source: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 16
+
+    @field_validator("max_unproven_flows")
+    @classmethod
+    def _room_for_proven(cls, value: int, info: ValidationInfo) -> int:
+        total = info.data.get("max_flows")
+        if total is not None and value >= total:
+            raise ValueError(f"must be smaller than max_flows ({total}): proven flows need room")
+        return value
 
 
 class HttpSection(_Model):

@@ -11,10 +11,18 @@
   back to that socket — from any source port, since DirectPlay 8 answers from its game port —
   goes to the player from a *return* socket, one per (player, host), and whatever the player
   sends to that return socket goes back to the host: a small, bounded, expiring UDP proxy, so
-  the reply (and a join that follows it) finds its way in both directions.
+  the reply (and a join that follows it) finds its way in both directions. Which flows keep
+  their socket is decided by ``policy/flows.py`` (evict, never refuse; one-packet spoofed
+  sources cannot lock players out, issue 11 item 4); an evicted flow's socket is read once
+  more before it is closed, so an answer already waiting there still reaches its player.
 * Sockets bound to an interface are re-opened when the interface is re-created (a new index):
   an old one would return ENODEV for ever (reliability.md item 6).
 * Every send error is counted per interface and errno; nothing is queued.
+* Per-source fairness on the relay ports (``policy/fairness.py``, reliability.md R13): each
+  wake-up reads the socket until it is empty (at most ``READ_BATCH``) into a queue per source
+  address and handles ``FAIR_TURN`` datagrams per turn, round robin over the sources, turn
+  after turn until the queues are empty; a flooder's excess is dropped as ``fair_share``
+  before it costs a decision, an inspection or a copy.
 * The books balance (``RelayCounters.balanced``): every datagram read from any relay socket —
   a broadcast on a relay port, a host's answer on a flow socket, a player's datagram on a
   return socket — is counted once as received, on the interface it arrived on, and then once
@@ -31,9 +39,11 @@ import struct
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from ipxbridge.io.sockstats import socket_drops
+from ipxbridge.policy.fairness import FairQueue
+from ipxbridge.policy.flows import FlowKey, FlowLimits, FlowTable
 from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.relay import Copy, Egress, RelayPolicy, SourceMode
 
@@ -50,16 +60,23 @@ SO_BINDTODEVICE: Final = 25
 RECV_SIZE: Final = 65_535
 ANC_SIZE: Final = 256
 MAX_PER_WAKEUP: Final = 256
-FLOW_IDLE: Final = 120.0
-MAX_FLOWS: Final = 1024
+READ_BATCH: Final = 1024  # relay-port datagrams read per wake-up at most (cheap: no decision)
+FAIR_TURN: Final = 64  # of which decided, inspected and relayed per turn, round robin (R13)
+FLOW_IDLE: Final = FlowLimits().idle  # return sockets expire like flows
 MAX_RETURNS: Final = 1024
 _IPV4: Final = struct.Struct("!BBHHHBBH4s4s")
 _UDP: Final = struct.Struct("!HHHH")
 DP8_PORTS: Final = frozenset({6073, *range(2302, 2401)})
-UNINSPECTED: Final = frozenset({"own_packet", "duplicate", "marked_copy"})
+# Own copies and loop copies were inspected the first time; spoofed or invalid sources, a
+# reflecting SOCKADDR and enumerations over their rate are not a player's (R7, R9).
+UNINSPECTED: Final = frozenset(
+    {"own_packet", "duplicate", "marked_copy", "source_invalid", "source_off_link"}
+    | {"source_port_zero", "dp4_sockaddr_mismatch", "enum_rate"}
+)
 _PKTINFO: Final = struct.Struct("=i")
 IPPROTO_IP: Final = socket.IPPROTO_IP
 inet_ntoa: Final = socket.inet_ntoa
+_Datagram = tuple[bytes, list[tuple[int, int, bytes]], int, Any]  # what recvmsg returns
 
 
 @dataclass(slots=True)
@@ -81,7 +98,8 @@ class RelayCounters:
     send_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (iface, errno)
     sockaddr_rewrites: int = 0
     replies: int = 0  # host -> player datagrams through the flow table (rewrite mode)
-    flows_refused: int = 0
+    flows_evicted: Counter[str] = field(default_factory=Counter)  # policy/flows.py reasons
+    flows_refused: Counter[str] = field(default_factory=Counter)  # policy/flows.py reasons
 
     def balanced(self) -> bool:
         """True when every received datagram has exactly one recorded outcome."""
@@ -123,17 +141,17 @@ def parse_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, str, in
 
 
 def build_ip_udp(
-    src: Address, dst: Address, payload: bytes, *, ttl: int, ident: int, mtu: int
+    src: Address, dst: Address, payload: bytes, *, ttl: int, ident: int, mtu: int, tos: int = 0
 ) -> list[bytes]:
     """IPv4 + UDP packets for a raw ``IP_HDRINCL`` socket, fragmented to ``mtu``.
 
     The kernel fills in the IP header checksum; the UDP checksum is 0 ("not computed",
-    RFC 768), which every IPv4 stack accepts.
+    RFC 768), which every IPv4 stack accepts. ``tos`` is the whole TOS byte (DSCP << 2).
     """
     udp = _UDP.pack(src[1], dst[1], 8 + len(payload), 0) + payload
     saddr, daddr = socket.inet_aton(src[0]), socket.inet_aton(dst[0])
     if 20 + len(udp) <= mtu:
-        return [_IPV4.pack(0x45, 0, 20 + len(udp), ident, 0, ttl, 17, 0, saddr, daddr) + udp]
+        return [_IPV4.pack(0x45, tos, 20 + len(udp), ident, 0, ttl, 17, 0, saddr, daddr) + udp]
     step = max(8, (mtu - 20) & ~7)
     packets = []
     for offset in range(0, len(udp), step):
@@ -141,7 +159,7 @@ def build_ip_udp(
         more = 0x2000 if offset + step < len(udp) else 0
         packets.append(
             _IPV4.pack(
-                0x45, 0, 20 + len(chunk), ident, more | (offset >> 3), ttl, 17, 0, saddr, daddr
+                0x45, tos, 20 + len(chunk), ident, more | (offset >> 3), ttl, 17, 0, saddr, daddr
             )
             + chunk
         )
@@ -159,8 +177,14 @@ class _Flow:
     egress: Egress
     port: int  # relay port the player broadcast to
     sock: socket.socket
-    last_used: float
     ttl: int = 0
+    # its return sockets' keys: closing a flow (an eviction per datagram in a flood) must not
+    # scan the whole return table
+    returns: set[tuple[Address, int, Address]] = field(default_factory=set)
+
+    @property
+    def key(self) -> FlowKey:
+        return (self.player, self.egress.index)
 
 
 @dataclass(slots=True)
@@ -181,6 +205,8 @@ class BroadcastRelay:
         ports: tuple[int, ...],
         inspector: Inspector | None = None,
         counters: RelayCounters | None = None,
+        *,
+        flow_limits: FlowLimits | None = None,
     ) -> None:
         self._loop = loop
         self.policy = policy
@@ -189,10 +215,13 @@ class BroadcastRelay:
         self.counters = counters or RelayCounters()
         self._recv: list[socket.socket] = []
         self._raw: dict[int, socket.socket] = {}  # egress index -> raw socket (preserve)
-        self._flows: dict[tuple[Address, int], _Flow] = {}  # (player, egress index)
+        self._flows: dict[FlowKey, _Flow] = {}  # (player, egress index)
+        self._table = FlowTable(flow_limits)  # which flows keep their socket
         self._returns: dict[tuple[Address, int, Address], _Return] = {}
         self._ident = 0
         self._addresses: dict[int, str] = {}  # egress index -> bridge address (for returns)
+        self._fair: dict[int, FairQueue[_Datagram]] = {}  # relay port -> queues by source
+        self._turns: set[int] = set()  # relay ports with a turn scheduled
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -232,6 +261,8 @@ class BroadcastRelay:
             self._loop.remove_reader(sock.fileno())
             sock.close()
         self._recv.clear()
+        for fair in self._fair.values():
+            fair.clear()  # a backlog still queued at the stop is not relayed
         for raw in self._raw.values():
             raw.close()
         self._raw.clear()
@@ -265,8 +296,8 @@ class BroadcastRelay:
         for rkey, ret in list(self._returns.items()):
             if now - ret.last_used > FLOW_IDLE:
                 self._close_return(rkey)
-        for fkey, flow in list(self._flows.items()):
-            if now - flow.last_used > FLOW_IDLE:
+        for fkey in self._table.expire(now):
+            if fkey in self._flows:
                 self._close_flow(fkey)
 
     @property
@@ -274,18 +305,16 @@ class BroadcastRelay:
         """Open rewrite-mode flows (player, egress)."""
         return len(self._flows)
 
+    def flow_counts(self) -> tuple[int, int, int]:
+        """(unproven flows, proven flows, return sockets): the sockets the table holds."""
+        return self._table.unproven, self._table.proven, len(self._returns)
+
     # --- receive -----------------------------------------------------------------------------
 
     def _on_broadcast(self, sock: socket.socket, port: int) -> None:
         counters = self.counters
         now = self._loop.time()
-        for _ in range(MAX_PER_WAKEUP):
-            try:
-                data, anc, flags, src = sock.recvmsg(RECV_SIZE, ANC_SIZE)
-            except BlockingIOError:
-                return
-            except OSError:
-                return
+        for data, anc, flags, src in self._fair_turn(sock, port):
             ifindex, dst_ip, ttl, tos = parse_ancillary(anc)
             counters.count_received(data, ifindex)
             if flags & socket.MSG_TRUNC:
@@ -319,21 +348,57 @@ class BroadcastRelay:
                 )
             if reason is not None:
                 continue
+            sent = [self._send_copy(c, src_addr, port, ifindex, now) for c in decision.copies]
+            if decision.copies and not any(sent):
+                # Not one copy left (no flow socket): not relayed, whatever the policy said.
+                counters.dropped["flow_refused"] += 1
+                continue
             counters.relayed += 1
             counters.sockaddr_rewrites += decision.sockaddr_rewritten
-            for copy in decision.copies:
-                self._send_copy(copy, src_addr, port, ifindex, now)
+
+    def _fair_turn(self, sock: socket.socket, port: int) -> list[_Datagram]:
+        """Read what waits on a relay port into the per-source queues; this turn's share.
+
+        Schedules the next turn while anything is left (module rules; R13).
+        """
+        fair = self._fair.get(port)
+        if fair is None:
+            fair = self._fair[port] = FairQueue()
+        recvmsg = sock.recvmsg
+        for _ in range(READ_BATCH):
+            try:
+                item = recvmsg(RECV_SIZE, ANC_SIZE)
+            except OSError:  # BlockingIOError: empty; any other: try at the next wake-up
+                break
+            if not fair.push(item[3][0], item, len(item[0])):
+                # Over its share: one outcome, counted here, before any costly work.
+                self.counters.count_received(item[0], parse_ancillary(item[1])[0])
+                self.counters.dropped["fair_share"] += 1
+        turn = fair.take(FAIR_TURN)
+        if fair and port not in self._turns:
+            self._turns.add(port)
+            self._loop.call_soon(self._next_turn, sock, port)
+        return turn
+
+    def _next_turn(self, sock: socket.socket, port: int) -> None:
+        self._turns.discard(port)
+        if sock.fileno() >= 0:  # not closed meanwhile
+            self._on_broadcast(sock, port)
 
     # --- send --------------------------------------------------------------------------------
 
-    def _send_copy(self, copy: Copy, player: Address, port: int, ingress: int, now: float) -> None:
+    def _send_copy(self, copy: Copy, player: Address, port: int, ingress: int, now: float) -> bool:
+        """Send one copy; False only when no flow socket could be had for it (rewrite mode).
+
+        A copy the kernel refuses was still attempted (True): counted as a send error.
+        """
         egress = copy.egress
         try:
             if self.policy.settings.source_mode is SourceMode.PRESERVE:
                 raw = self._raw.get(egress.index)
                 if raw is None:
                     self.counters.send_errors[(egress.name, "NO_SOCKET")] += 1
-                    return
+                    return True
                 self._ident = (self._ident + 1) & 0xFFFF
                 for packet in build_ip_udp(
                     player,
@@ -342,15 +407,19 @@ class BroadcastRelay:
                     ttl=copy.ttl,
                     ident=self._ident,
                     mtu=egress.mtu,
+                    tos=self.policy.settings.dscp_mark << 2,  # as the fast path's (item 7)
                 ):
                     raw.sendto(packet, (copy.dst, 0))
             else:
                 flow = self._flow(player, ingress, egress, port, now)
                 if flow is None:
-                    self.counters.send_errors[(egress.name, "FLOW_LIMIT")] += 1
-                    return
-                if flow.ttl != copy.ttl:
+                    return False
+                if flow.ttl != copy.ttl:  # also a new flow's first copy (ttl 0)
                     flow.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, copy.ttl)
+                    # Marked like the fast path's copies, so no fast-path bridge on the
+                    # same segments fans this copy out again (issue 11 item 7).
+                    tos = self.policy.settings.dscp_mark << 2
+                    flow.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
                     flow.ttl = copy.ttl
                 flow.sock.sendto(copy.payload, (copy.dst, port))
         except BlockingIOError:
@@ -359,6 +428,7 @@ class BroadcastRelay:
             self.counters.send_errors[(egress.name, _errno_name(exc))] += 1
         else:
             self.counters.copies[egress.name] += 1
+        return True
 
     def _open_raw(self, egress: Egress) -> socket.socket | None:
         raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
@@ -373,17 +443,22 @@ class BroadcastRelay:
             return None
         return raw
 
-    def _bound_udp(self, name: str, address: str) -> socket.socket | None:
+    @staticmethod
+    def _bound_udp(name: str, address: str) -> socket.socket:
+        """A UDP socket bound to ``address`` on device ``name``.
+
+        Raises:
+            OSError: no descriptor left, or the kernel refused the device or address.
+        """
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
             sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, name.encode())
             sock.bind((address, 0))
-        except OSError as exc:
+        except OSError:
             sock.close()
-            logger.warning("cannot open a socket on %s (%s): %s", name, address, exc)
-            return None
+            raise
         return sock
 
     # --- rewrite-mode flow table -------------------------------------------------------------
@@ -392,20 +467,35 @@ class BroadcastRelay:
         self, player: Address, ingress: int, egress: Egress, port: int, now: float
     ) -> _Flow | None:
         key = (player, egress.index)
-        flow = self._flows.get(key)
-        if flow is not None:
-            flow.last_used = now
-            return flow
-        if len(self._flows) >= MAX_FLOWS:
-            self.counters.flows_refused += 1
+        admission = self._table.admit(key, now)
+        self._evict(admission.evicted)  # before opening: the descriptors come back first
+        if not admission.created:
+            return self._flows[key]
+        try:
+            sock = self._bound_udp(egress.name, egress.address)
+        except OSError as exc:
+            self._table.remove(key)
+            no_fd = exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+            reason = "no_fd" if no_fd else "socket_error"
+            self.counters.flows_refused[reason] += 1
+            if self.counters.flows_refused[reason] == 1:  # once per reason: this can be a flood
+                logger.warning("cannot open a flow socket on %s: %s", egress.name, exc)
             return None
-        sock = self._bound_udp(egress.name, egress.address)
-        if sock is None:
-            return None
-        flow = _Flow(player, ingress, egress, port, sock, now)
+        flow = _Flow(player, ingress, egress, port, sock)
         self._flows[key] = flow
         self._loop.add_reader(sock.fileno(), self._on_flow, flow)
         return flow
+
+    def _evict(self, evicted: tuple[tuple[FlowKey, str], ...]) -> None:
+        for key, reason in evicted:
+            self.counters.flows_evicted[reason] += 1
+            flow = self._flows.get(key)
+            if flow is None:
+                continue
+            # An answer may already be waiting in the socket (a flood evicts a flow within
+            # milliseconds): pass it on before closing, or the player never sees it.
+            self._on_flow(flow)
+            self._close_flow(key)
 
     def _on_flow(self, flow: _Flow) -> None:
         """A host answered a relayed copy: pass it to the player through a return socket."""
@@ -418,7 +508,7 @@ class BroadcastRelay:
             except OSError:
                 return
             host_addr: Address = (host[0], host[1])
-            flow.last_used = now
+            self._table.touch(flow.key, now)
             # Arrived on the egress the copy left by; counted like a broadcast (module rule).
             self.counters.count_received(data, flow.egress.index)
             if self.inspector is not None:
@@ -440,6 +530,8 @@ class BroadcastRelay:
                 self.counters.replies += 1
             except OSError as exc:
                 self.counters.send_errors[("return", _errno_name(exc))] += 1
+            else:
+                self._table.answered(flow.key, now)
 
     def _return(self, flow: _Flow, host: Address, now: float) -> _Return | None:
         key = (flow.player, flow.egress.index, host)
@@ -462,6 +554,7 @@ class BroadcastRelay:
             return None
         ret = _Return(flow, host, sock, now)
         self._returns[key] = ret
+        flow.returns.add(key)
         self._loop.add_reader(sock.fileno(), self._on_return, ret)
         return ret
 
@@ -479,23 +572,26 @@ class BroadcastRelay:
             if (src[0], src[1]) != ret.flow.player:
                 self.counters.dropped["return_not_player"] += 1
                 continue
-            ret.last_used = ret.flow.last_used = now
+            ret.last_used = now
+            # Two-way: the player got the answer and talks back, so the flow is proven.
+            self._evict(self._table.confirmed(ret.flow.key, now))
             self.counters.relayed += 1
             try:
                 ret.flow.sock.sendto(data, ret.host)
             except OSError as exc:
                 self.counters.send_errors[(ret.flow.egress.name, _errno_name(exc))] += 1
 
-    def _close_flow(self, key: tuple[Address, int]) -> None:
+    def _close_flow(self, key: FlowKey) -> None:
         flow = self._flows.pop(key)
-        for rkey, ret in list(self._returns.items()):
-            if ret.flow is flow:
-                self._close_return(rkey)
+        self._table.remove(key)
+        for rkey in list(flow.returns):
+            self._close_return(rkey)
         self._loop.remove_reader(flow.sock.fileno())
         flow.sock.close()
 
     def _close_return(self, key: tuple[Address, int, Address]) -> None:
         ret = self._returns.pop(key)
+        ret.flow.returns.discard(key)
         self._loop.remove_reader(ret.sock.fileno())
         ret.sock.close()
 

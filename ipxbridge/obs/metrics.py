@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from ipxbridge import __version__
 from ipxbridge.obs.counters import IpxCounters
+from ipxbridge.policy.flows import FLOW_EVICTION_REASONS, FLOW_REFUSAL_REASONS
 from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
 from ipxbridge.policy.relay import Egress
@@ -34,9 +35,11 @@ IPX_DROP_REASONS: Final = frozenset(
     r for r in (*WIRE_REASONS, *POLICY_DROP_REASONS) if not r.startswith(("dplay", "not_dplay"))
 )
 # The policy's reasons plus those the I/O layer gives (a truncated read; the rewrite-mode flow
-# table full, or a stranger writing to a return socket): all exported from the start at 0.
+# table full, or a stranger writing to a return socket; no flow socket for any copy; a source
+# over its fair share of a relay port's backlog, R13): all exported from the start at 0.
 RELAY_DROP_REASONS: Final = frozenset(
-    {*RELAY_POLICY_DROPS, "truncated", "flow_limit", "return_not_player"}
+    {*RELAY_POLICY_DROPS, "truncated", "flow_limit", "return_not_player", "flow_refused"}
+    | {"fair_share"}
 )
 
 # Forwarding latency buckets: 25 us .. 10 ms (house style B1).
@@ -90,6 +93,12 @@ class RelaySnapshot:
     kernel_drops: int | None = None  # at the relay ports; None: unknown (no /proc)
     # nftables fast path drops before the socket, by reason; None: no fast path
     fastpath_dropped: dict[str, int] | None = None
+    # rewrite-mode flow table (policy/flows.py): open flows by standing, return sockets,
+    # flows evicted and refused by reason
+    flows: dict[str, int] = field(default_factory=dict)
+    return_sockets: int = 0
+    flow_evictions: dict[str, int] = field(default_factory=dict)
+    flows_refused: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +195,40 @@ class BridgeCollector(Collector):
             for reason, n in sorted(relay.fastpath_dropped.items()):
                 fastpath.add_metric([reason], n)
         yield fastpath
+
+        flows = GaugeMetricFamily(
+            "ipxbridge_relay_flows",
+            "Rewrite-mode flow sockets open, by standing (proven: the player came back after a"
+            " host answered).",
+            labels=["standing"],
+        )
+        returns = GaugeMetricFamily(
+            "ipxbridge_relay_return_sockets", "Rewrite-mode return sockets open (host to player)."
+        )
+        evictions = CounterMetricFamily(
+            "ipxbridge_relay_flow_evictions",
+            "Rewrite-mode flows closed to make room for another, by reason (unproven_full,"
+            " proven_full: that pool was full; per_source: the player address's own limit).",
+            labels=["reason"],
+        )
+        refused = CounterMetricFamily(
+            "ipxbridge_relay_flows_refused",
+            "Rewrite-mode copies that got no flow socket and were not sent, by reason (no_fd:"
+            " out of descriptors; socket_error: the kernel refused the socket).",
+            labels=["reason"],
+        )
+        if relay.enabled:
+            for standing in ("proven", "unproven"):
+                flows.add_metric([standing], relay.flows.get(standing, 0))
+            returns.add_metric([], relay.return_sockets)
+            for reason in sorted({*FLOW_EVICTION_REASONS, *relay.flow_evictions}):
+                evictions.add_metric([reason], relay.flow_evictions.get(reason, 0))
+            for reason in sorted({*FLOW_REFUSAL_REASONS, *relay.flows_refused}):
+                refused.add_metric([reason], relay.flows_refused.get(reason, 0))
+        yield flows
+        yield returns
+        yield evictions
+        yield refused
 
         copies = CounterMetricFamily(
             "ipxbridge_sent_copies",

@@ -75,6 +75,10 @@ def test_good_file() -> None:
                 ":6: directplay.probe_interfaces.0: empty interface name",
             ],
         ),
+        (
+            "flow_limits.yaml",
+            [":3: relay.max_unproven_flows: must be smaller than max_flows (64)"],
+        ),
     ],
 )
 def test_broken_files_report_file_line_and_path(name: str, expected: list[str]) -> None:
