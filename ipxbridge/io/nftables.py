@@ -33,25 +33,29 @@ replace), so the copies and the ``marked``/``uninspected`` drops it reports only
 """
 
 import enum
+import ipaddress
 import json
 import logging
 import os
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from ipxbridge.policy.relay import Egress
+from ipxbridge.policy.relay import INVALID_SOURCES, Egress
+from ipxbridge.wire.directplay import SIGNATURE
 
 logger = logging.getLogger(__name__)
 
 TABLE: Final = "ipxbridge"
 DSCP_MARK: Final = 0x2E  # EF; any value works as long as all bridges agree
 INSPECT_PPS: Final = 5000  # originals per second and ingress handed to the inspector
-# Comments of the ruleset's drop counters: the reasons a datagram on a relay port never
-# reaches the bridge's socket (exported as ipxbridge_fastpath_dropped_packets_total).
+# Comments of the ruleset's drop counters: reasons a datagram on a relay port never reaches
+# the bridge's socket (ipxbridge_fastpath_dropped_packets_total, exported at 0 from the
+# start). Any other commented rule that drops is reported under its comment as well.
 FASTPATH_DROP_REASONS: Final = ("marked", "uninspected")
 NFT_TIMEOUT: Final = 10.0
 
@@ -74,10 +78,35 @@ def ruleset(
 ) -> tuple[str, list[FanoutRule]]:
     """The nft script for a plan, and the copies it makes (pure; unit-tested)."""
     port_set = "{ " + ", ".join(str(p) for p in sorted(set(ports))) + " }"
+    own = _nft_set(a for e in egresses for a in (e.addresses or (e.address,)))
+    # policy/relay.py rule 4: never a sender; plus every directed broadcast of the plan
+    invalid = _nft_set(
+        (
+            *INVALID_SOURCES,
+            *(e.broadcast for e in egresses if e.broadcast),
+            *(
+                str(net.broadcast_address)
+                for e in egresses
+                for net in map(ipaddress.IPv4Network, e.networks)
+                if net.prefixlen < 31
+            ),
+        )
+    )
+    # nft cannot compare two header fields, so "UDP length = IP length - 20" is a lookup of
+    # the pair in a set of every valid one, up to the largest ingress MTU (a jumbo at most):
+    # a datagram the host's own stack would reject (UDP length past the packet, under 8) is
+    # dropped instead of copied. The UDP checksum cannot be checked in nftables at all (only
+    # conntrack verifies it, for the whole box); a copy keeps the original's bad checksum and
+    # every receiver drops it as this box's own stack does.
+    longest = min(max((e.mtu for e in egresses), default=0), 9216)
+    pairs = ", ".join(f"{n} . {n - 20}" for n in range(28, longest + 1))
+    wellformed = ["  set wellformed {", "    typeof ip length . udp length"]
+    wellformed += [f"    elements = {{ {pairs} }}", "  }"]
     lines = [
         f"add table ip {TABLE}",
         f"delete table ip {TABLE}",
         f"table ip {TABLE} {{",
+        *(wellformed if pairs else []),
         "  chain fanout {",
         "    type filter hook prerouting priority -300; policy accept;",
         # Marked copies (the kernel loops ours back; other bridges' arrive too) are never
@@ -97,14 +126,42 @@ def ruleset(
         if not copies:
             continue
         what = "meta pkttype broadcast" if ing.role == "lan" else f"ip daddr {ing.address}"
-        guard = f"ip dscp != {mark:#x} ip ttl > 1 counter jump in_{n}"
+        guard = f"ip dscp != {mark:#x} jump check_{n}"
         lines.append(f'    iifname "{ing.name}" {what} udp dport {port_set} {guard}')
         # Later fragments of a big broadcast carry no UDP header to match on; copy them too
         # (the first fragment matched above), so a 3000-byte datagram arrives whole. This
         # avoids defragmenting (conntrack) on the fast path, whose cost lands on the CPU that
         # receives the original.
         lines.append(f'    iifname "{ing.name}" {what} ip frag-off & 0x1fff != 0 {guard}')
-        body = [f"  chain in_{n} {{", f"    ip dscp set {mark:#x}"]
+        # Sources and form (policy/relay.py rules 4 and 5, in its order); each drop counted
+        # under the reason the Python path gives.
+        check = [
+            f"  chain check_{n} {{",
+            f'    ip saddr {own} counter drop comment "own_packet"',
+            f'    ip saddr {invalid} counter drop comment "source_invalid"',
+        ]
+        if ing.role == "lan":
+            on_link = f"ip saddr != {_nft_set(ing.networks)} " if ing.networks else ""
+            check.append(f'    {on_link}counter drop comment "source_off_link"')
+        check += [
+            f"    ip frag-off & 0x1fff != 0 ip ttl > 1 counter goto in_{n}",
+            "    ip frag-off & 0x1fff != 0 return",
+            '    udp sport 0 counter drop comment "source_port_zero"',
+        ]
+        if pairs:
+            check.append(
+                f"    ip frag-off & 0x2000 == 0 ip length <= {longest} ip length . udp length"
+                ' != @wellformed counter drop comment "udp_malformed"'
+            )
+        check += [
+            # DirectPlay is judged and copied in Python (rule 5: kernel_hands_over): 'play'
+            # at payload byte 20 (a DP4 SP header), 00 02 at byte 0 (a DP8 EnumQuery).
+            f"    @th,224,32 {int.from_bytes(SIGNATURE, 'big'):#x} return",
+            "    @th,64,16 0x2 return",
+            f"    ip ttl > 1 counter goto in_{n}",
+            "  }",
+        ]
+        body = [*check, f"  chain in_{n} {{", f"    ip dscp set {mark:#x}"]
         for out, target in copies:
             rules.append(FanoutRule(ing.name, out.name, target))
             body.append(
@@ -124,6 +181,12 @@ def ruleset(
     lines += chains
     lines.append("}")
     return "\n".join(lines) + "\n", rules
+
+
+def _nft_set(items: Iterable[str]) -> str:
+    """An anonymous nft set of addresses or prefixes, in address order, each once."""
+    ordered = sorted(set(items), key=lambda a: ipaddress.IPv4Network(a, strict=False))
+    return "{ " + ", ".join(ordered) + " }"
 
 
 def _run_nft(*args: str, script: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -211,8 +274,11 @@ class FastPathCounts:
     dropped: dict[str, int] = field(default_factory=dict)  # by FASTPATH_DROP_REASONS
 
 
-def parse_counters(stdout: str) -> dict[tuple[str, str], int] | None:
-    """Packet counters of the table's commented rules, keyed by (chain, comment).
+CounterKey = tuple[str, str, str]  # ("copy" | "drop", chain, comment)
+
+
+def parse_counters(stdout: str) -> dict[CounterKey, int] | None:
+    """Packet counters of the table's commented copy (``dup``) and ``drop`` rules.
 
     None if the listing cannot be read. Pure (unit-tested).
     """
@@ -220,16 +286,28 @@ def parse_counters(stdout: str) -> dict[tuple[str, str], int] | None:
         items = json.loads(stdout)["nftables"]
     except (ValueError, KeyError, TypeError):
         return None
-    out: dict[tuple[str, str], int] = {}
+    out: dict[CounterKey, int] = {}
     for item in items:
         rule = item.get("rule") if isinstance(item, dict) else None
         if not rule or not rule.get("comment"):
             continue
-        for expr in rule.get("expr", []):
-            if "counter" in expr:
-                key = (str(rule.get("chain", "")), str(rule["comment"]))
-                out[key] = out.get(key, 0) + int(expr["counter"]["packets"])
+        exprs = rule.get("expr", [])
+        kind = "copy" if any("dup" in e for e in exprs) else "drop"
+        if kind == "drop" and not any("drop" in e for e in exprs):
+            continue
+        packets = sum(int(e["counter"]["packets"]) for e in exprs if "counter" in e)
+        key = (kind, str(rule.get("chain", "")), str(rule["comment"]))
+        out[key] = out.get(key, 0) + packets
     return out
+
+
+def table_handle(stdout: str) -> int | None:
+    """The handle of the listed table: a new one means the table was re-created."""
+    try:
+        items = json.loads(stdout)["nftables"]
+        return next(int(i["table"]["handle"]) for i in items if "table" in i)
+    except (ValueError, KeyError, TypeError, StopIteration):
+        return None
 
 
 class KernelFanout:
@@ -242,8 +320,9 @@ class KernelFanout:
         self.ports = ports
         self.rules: list[FanoutRule] = []
         self.installed = False
-        self._totals: Counter[tuple[str, str]] = Counter()  # since start, by (chain, comment)
-        self._last: dict[tuple[str, str], int] = {}  # raw counters of the installed table
+        self._totals: Counter[CounterKey] = Counter()  # since start
+        self._last: dict[CounterKey, int] = {}  # raw counters of the installed table
+        self._handle: int | None = None  # that table's handle
 
     @staticmethod
     def available() -> str | None:
@@ -290,12 +369,15 @@ class KernelFanout:
         """Delete a table a crashed earlier run may have left (it would keep copying)."""
         remove_table()
 
-    def fold(self, raw: dict[tuple[str, str], int]) -> None:
+    def fold(self, raw: dict[CounterKey, int], handle: int | None = None) -> None:
         """Add a reading of the installed table's counters to the running totals."""
+        if handle != self._handle:  # re-created (by us or anyone): its counters are all new
+            self._last = {}
+            self._handle = handle
         for key, packets in raw.items():
             last = self._last.get(key, 0)
-            # Lower than last time: the table was replaced behind our back (its counters
-            # started again at 0), so all of it is new.
+            # Lower than last time: the rule was replaced (its counter started again at 0),
+            # so all of it is new.
             self._totals[key] += packets - last if packets >= last else packets
         self._last = raw
 
@@ -303,11 +385,11 @@ class KernelFanout:
         """The running totals, by egress and by drop reason."""
         copies: dict[str, int] = {}
         dropped = dict.fromkeys(FASTPATH_DROP_REASONS, 0)
-        for (_chain, comment), packets in self._totals.items():
-            if comment in dropped:
-                dropped[comment] += packets
-            elif ">" in comment:
-                egress = comment.split(">", 1)[1]
+        for (kind, _chain, comment), packets in self._totals.items():
+            if kind == "drop":
+                dropped[comment] = dropped.get(comment, 0) + packets
+            else:  # comment "ingress>egress"
+                egress = comment.split(">", 1)[-1]
                 copies[egress] = copies.get(egress, 0) + packets
         return FastPathCounts(copies, dropped)
 
@@ -322,8 +404,8 @@ class KernelFanout:
             except (OSError, subprocess.TimeoutExpired):
                 res = None
             raw = parse_counters(res.stdout) if res is not None and res.returncode == 0 else None
-            if raw is not None:
-                self.fold(raw)
+            if res is not None and raw is not None:
+                self.fold(raw, table_handle(res.stdout))
         return self.counts()
 
     def copies_by_egress(self) -> dict[str, int]:

@@ -1,31 +1,65 @@
 """Broadcast fan-out decisions: which received broadcast goes where, and in what form.
 
-Rules (issue 4; protocols.md section 7; reliability.md items 3, 7, 8), applied in order:
+Rules (issue 4; protocols.md section 7; reliability.md items 3, 7, 8, R7, R9), applied in
+order:
 
 1. Only datagrams that arrived on a selected interface are considered (``not_selected``).
 2. The bridge's own sends are never relayed again: a source address of this box
    (``own_packet``). (In preserve mode the kernel loops our broadcasts back to local sockets
-   with the player's source; rule 4 catches those by their lower TTL.)
+   with the player's source; rule 6 catches those by their lower TTL.)
 3. Only broadcasts are relayed: the limited broadcast 255.255.255.255 or the ingress subnet's
    broadcast (``not_broadcast``). Exception: on a ``p2p`` interface, which cannot carry
    broadcast, a datagram to the bridge's own address is the remote side's stand-in for one.
    Unicast to the relay port is otherwise never turned into a flood.
-4. Loops: copies leave with TTL - 1, a TTL of 1 or less is not forwarded (``ttl_expired``),
+4. Sources (reliability.md R9), checked in the same order as the fast path's nft rules:
+
+   * ``source_invalid``: 0.0.0.0/8 ("this network"), 127.0.0.0/8 (loopback), 224.0.0.0/3
+     (multicast, class E and the limited broadcast) or a directed broadcast of one of the
+     box's subnets: no host sends from these (RFC 1122 3.2.1.3).
+   * ``source_off_link``: on a ``lan`` ingress, a source outside every on-link prefix of
+     that interface (8.8.8.8, or a host of another segment spoofed onto this one). Not on a
+     ``p2p`` ingress: a remote site's players arrive with their own addresses there, and
+     WireGuard has already held the inner source to the peer's AllowedIPs.
+   * ``source_port_zero``: UDP source port 0 (RFC 768): nothing can answer it.
+
+   Linux drops loopback, multicast, limited-broadcast and own sources as martians before a
+   socket sees them; the kernel fast path runs before that, so it needs these rules most.
+5. Kernel fast path (``kernel_fanout``): marked copies (``marked_copy``) and TTL <= 1
+   (``ttl_expired``) were not copied by the kernel. Neither was a datagram that
+   ``kernel_hands_over``: one that carries a DP4 SP header or is a DP8 EnumQuery, because
+   rules 7 and 8 need what nftables cannot do (compare a SOCKADDR with the IP source, keep a
+   bucket per source); those go on through the rules below and are copied in Python.
+   Everything else: the kernel made the copies.
+6. Loops: copies leave with TTL - 1, a TTL of 1 or less is not forwarded (``ttl_expired``),
    and a payload seen within the window with a higher TTL is a loop copy (``duplicate``;
-   ``dedup.LoopFilter``). Retries and identical packets from other players pass.
-5. A copy goes out of every other selected interface, never back out of the ingress:
-   ``lan`` interfaces get the subnet broadcast address (computed, never 0.0.0.0); ``p2p``
-   interfaces (WireGuard, tun: no broadcast at all) get one unicast copy per peer.
-6. In ``rewrite`` source mode the copy leaves from the bridge's own address; a DirectPlay 4
+   ``dedup.LoopFilter``). Retries and identical packets from other players pass. A copy that
+   carries the shared DSCP mark counts one hop lower than its TTL says: the kernel's copies
+   keep the original's TTL (nftables cannot decrement it), so without this a fast-path
+   bridge's copy of a broadcast this bridge relayed itself looks new and is echoed back to
+   the player's segment (issue 11 item 7).
+7. DP4 SOCKADDR (reliability.md D6, R7): every host a DP4 EnumSessions reaches opens a TCP
+   connection to its SOCKADDR. A DP4 message whose SOCKADDR names an address other than
+   0.0.0.0 or its own IP source is a reflection attempt and is dropped
+   (``dp4_sockaddr_mismatch``), in every mode, however malformed the rest of the SOCKADDR.
+8. In ``rewrite`` source mode the copy leaves from the bridge's own address; a DirectPlay 4
    header whose SOCKADDR says 0.0.0.0 ("use the packet's source") is rewritten to the real
    player's IP so the host's TCP reply goes to the player, not to the bridge
-   ([MC-DPL4CS] 2.2.6, protocols.md 1.2).
-7. A DirectPlay 4 message that needs that rewrite but whose SOCKADDR is malformed (family not
-   AF_INET = 2, or non-zero ``sin_zero``) is dropped as ``bad_sockaddr``, not relayed as it
-   is: unchanged, its 0.0.0.0 would make the host answer the bridge, where nothing listens
-   (protocols.md 7), so the copy could only mislead. A malformed SOCKADDR that names an
-   address needs no rewrite and is relayed unchanged, as in preserve mode: the bridge does not
-   validate what it does not touch.
+   ([MC-DPL4CS] 2.2.6, protocols.md 1.2). One that needs that rewrite but whose SOCKADDR is
+   malformed (family not AF_INET = 2, or non-zero ``sin_zero``) is dropped as
+   ``bad_sockaddr``, not relayed as it is: unchanged, its 0.0.0.0 would make the host answer
+   the bridge, where nothing listens (protocols.md 7), so the copy could only mislead. A
+   malformed SOCKADDR that names the sender needs no rewrite and is relayed unchanged, as in
+   preserve mode: the bridge does not validate what it does not touch.
+9. Enumerations (DP4 EnumSessions, DP8 EnumQuery) are bounded per source IP: a token bucket
+   of ``enum_rate`` per second and ``enum_burst`` (defaults 10 and 20; a real client
+   enumerates once or twice a second), for at most ``enum_sources`` sources, the least
+   recently seen forgotten first (``enum_rate``). Each enumeration makes every host answer,
+   so this caps what one address can draw from them (R7). A rewrite-mode bridge on the far
+   side of a p2p link sends all its players' enumerations from its own address.
+10. A copy goes out of every other selected interface, never back out of the ingress:
+    ``lan`` interfaces get the subnet broadcast address (computed, never 0.0.0.0); ``p2p``
+    interfaces (WireGuard, tun: no broadcast at all) get one unicast copy per peer
+    (``no_destination`` when there is none).
 
 ``decide`` never raises on received bytes: every datagram gets one decision, and its
 ``drop_reason`` is ``None`` or one of ``RELAY_DROP_REASONS`` (the ``relay`` fuzz target and a
@@ -34,14 +68,25 @@ property test hold it to that in both source modes).
 Pure: ``now`` is passed in.
 """
 
+import ipaddress
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Final
 
 from ipxbridge.policy.dedup import LoopFilter
 from ipxbridge.policy.topology import Interface, Topology, select
-from ipxbridge.wire.directplay import DPlayError, DPlayKind, classify, rewrite_sockaddr
+from ipxbridge.wire.directplay import (
+    SIGNATURE,
+    SP_HEADER_LEN,
+    DP4Command,
+    DPlayError,
+    DPlayKind,
+    classify,
+    peek_dp4,
+    rewrite_sockaddr,
+)
+from ipxbridge.wire.dplay8 import DP8_ENUM_QUERY, DP8_LEAD_ENUM
 
 LIMITED_BROADCAST: Final = "255.255.255.255"
 DEFAULT_RELAY_PORTS: Final = (47624, 6073)  # DirectPlay 4 enumeration, DirectPlay 8 DPNSVR
@@ -54,7 +99,30 @@ RELAY_DROP_REASONS: Final = (
     "ttl_expired",
     "no_destination",
     "bad_sockaddr",
+    "source_invalid",
+    "source_off_link",
+    "source_port_zero",
+    "dp4_sockaddr_mismatch",
+    "enum_rate",
 )
+# Rule 4: sources no host sends from ("this network", loopback, multicast + class E + the
+# limited broadcast). io/nftables.py puts the same prefixes in the fast path's rules.
+INVALID_SOURCES: Final = ("0.0.0.0/8", "127.0.0.0/8", "224.0.0.0/3")
+_INVALID_NETS: Final = tuple(ipaddress.IPv4Network(n) for n in INVALID_SOURCES)
+_ANY: Final = "0.0.0.0"
+_DP8_QUERY_LEAD: Final = bytes((DP8_LEAD_ENUM, DP8_ENUM_QUERY))
+_SIGNATURE_AT: Final = slice(SP_HEADER_LEN, SP_HEADER_LEN + len(SIGNATURE))
+SOURCE_CACHE: Final = 4096  # remembered source verdicts (rule 4)
+
+
+def kernel_hands_over(payload: bytes) -> bool:
+    """Whether the kernel fast path leaves this datagram to the Python path (rule 5).
+
+    The same two byte matches as the nft rules (io/nftables.py ``ruleset``): ``play`` at
+    byte 20, where a DP4 SP header has it, or ``00 02`` at byte 0, a DP8 EnumQuery's lead.
+    A payload that matches but is not DirectPlay only costs a copy made in Python.
+    """
+    return payload[_SIGNATURE_AT] == SIGNATURE or payload[:2] == _DP8_QUERY_LEAD
 
 
 class SourceMode(StrEnum):
@@ -75,6 +143,9 @@ class Egress:
     broadcast: str  # computed subnet broadcast ("" for p2p)
     peers: tuple[str, ...] = ()  # unicast targets on p2p interfaces
     mtu: int = 1500
+    # On-link prefixes (CIDR) of its addresses: the only sources a lan ingress accepts (rule 4)
+    networks: tuple[str, ...] = ()
+    addresses: tuple[str, ...] = ()  # every address of the box on it (``address`` is the first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +178,36 @@ class RelaySettings:
     # arrives: originals (relayed by the kernel) and marked copies (never relayed again).
     kernel_fanout: bool = False
     dscp_mark: int = 0x2E
+    enum_rate: float = 10.0  # enumerations per second and source IP (rule 9)
+    enum_burst: int = 20
+    enum_sources: int = 4096  # sources with a bucket; the least recently seen go first
+
+
+@dataclass(slots=True)
+class EnumerationLimit:
+    """Token buckets per source IP (rule 9), bounded; the clock is passed in."""
+
+    rate: float
+    burst: int
+    max_sources: int
+    # source -> (tokens, when last topped up); insertion order = least recently seen first
+    _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def allow(self, source: str, now: float) -> bool:
+        """Spend one token of ``source``'s bucket; False when it has none."""
+        buckets = self._buckets
+        tokens, updated = buckets.pop(source, (float(self.burst), now))
+        if now > updated:
+            tokens = min(float(self.burst), tokens + (now - updated) * self.rate)
+            updated = now
+        allowed = tokens >= 1
+        buckets[source] = (tokens - 1 if allowed else tokens, updated)
+        if len(buckets) > self.max_sources:
+            del buckets[next(iter(buckets))]
+        return allowed
 
 
 class RelayPolicy:
@@ -117,7 +218,14 @@ class RelayPolicy:
         self._egresses: dict[int, Egress] = {}
         self._own: frozenset[str] = frozenset()
         self._ingress_bcast: dict[int, frozenset[str]] = {}
+        self._any_bcast: frozenset[str] = frozenset()
+        self._on_link: dict[int, tuple[ipaddress.IPv4Network, ...]] = {}
+        # (ingress, source IP) -> rule 4's verdict; bounded, oldest first out, reset per plan
+        self._sources: dict[tuple[int, str], str | None] = {}
         self._loops = LoopFilter(settings.dedup_window, settings.dedup_max_entries)
+        self._enums = EnumerationLimit(
+            settings.enum_rate, settings.enum_burst, settings.enum_sources
+        )
 
     @property
     def egresses(self) -> tuple[Egress, ...]:
@@ -136,11 +244,45 @@ class RelayPolicy:
             egresses: selected interfaces that have an IPv4 address and are up.
             own_addresses: every IPv4 address of this box (echo suppression).
             subnet_broadcasts: per interface index, the broadcast addresses that count as a
-                broadcast arriving there (computed from the on-link prefixes).
+                broadcast arriving there (computed from the on-link prefixes); all of them
+                are invalid sources (rule 4).
+
+        Raises:
+            ValueError: an egress network that is not an IPv4 prefix.
         """
         self._egresses = {e.index: e for e in egresses}
         self._own = own_addresses
         self._ingress_bcast = subnet_broadcasts
+        self._any_bcast = frozenset().union(*subnet_broadcasts.values())
+        self._on_link = {
+            e.index: tuple(ipaddress.IPv4Network(n, strict=False) for n in e.networks)
+            for e in egresses
+        }
+        self._sources = {}
+
+    def _source_reason(self, ingress: Egress, ip: str) -> str | None:
+        """Rule 4 for the source address (cached: a few players send most datagrams)."""
+        key = (ingress.index, ip)
+        cache = self._sources
+        if key in cache:
+            return cache[key]
+        try:
+            addr = ipaddress.IPv4Address(ip)
+        except ValueError:
+            reason: str | None = "source_invalid"
+        else:
+            if ip in self._any_bcast or any(addr in net for net in _INVALID_NETS):
+                reason = "source_invalid"
+            elif ingress.role == "lan" and not any(
+                addr in net for net in self._on_link.get(ingress.index, ())
+            ):
+                reason = "source_off_link"
+            else:
+                reason = None
+        cache[key] = reason
+        if len(cache) > SOURCE_CACHE:
+            del cache[next(iter(cache))]
+        return reason
 
     def decide(
         self,
@@ -157,8 +299,7 @@ class RelayPolicy:
         """Decide the copies for one datagram received on a relay port.
 
         Raises:
-            Nothing for any ``payload``, ``ttl`` or ``tos`` (rule 7); ``src`` is the kernel's
-            IPv4 source address.
+            Nothing for any ``payload``, ``src``, ``ttl`` or ``tos`` (module docstring).
         """
         egress_in = self._egresses.get(ingress)
         if egress_in is None:
@@ -171,34 +312,49 @@ class RelayPolicy:
             and not (egress_in.role == "p2p" and dst_ip == egress_in.address)
         ):
             return RelayDecision("not_broadcast")
-        if self.settings.kernel_fanout:
-            # Mirrors the nft match: marked copies and TTL <= 1 were not fanned out.
-            if tos >> 2 == self.settings.dscp_mark:
+        bad_source = self._source_reason(egress_in, src[0])
+        if bad_source is not None:
+            return RelayDecision(bad_source)
+        if src[1] == 0:
+            return RelayDecision("source_port_zero")
+        settings = self.settings
+        marked = tos >> 2 == settings.dscp_mark
+        if settings.kernel_fanout:
+            # Mirrors the nft rules: marked copies and TTL <= 1 were not fanned out, and
+            # DirectPlay is left to the rules below (rule 5).
+            if marked:
                 return RelayDecision("marked_copy")
             if ttl <= 1:
                 return RelayDecision("ttl_expired")
-            return RelayDecision(None)  # the kernel made the copies
+            if not kernel_hands_over(payload):
+                return RelayDecision(None)  # the kernel made the copies
         loops = self._loops
-        if loops.is_loop_copy(hash((dst_port, payload)), ttl, now):
+        # Rule 6: a marked copy is at least one relay away from its original.
+        if loops.is_loop_copy(hash((dst_port, payload)), ttl - 1 if marked else ttl, now):
             return RelayDecision("duplicate")
         if ttl <= 1:
             return RelayDecision("ttl_expired")
+        kind = classify(payload)
+        enumeration = kind is DPlayKind.DP8_ENUM_QUERY
         rewritten = False
-        if (
-            self.settings.source_mode is SourceMode.REWRITE
-            and len(payload) >= 24
-            and payload[8:12] == b"\x00\x00\x00\x00"
-            and classify(payload) is DPlayKind.DP4
-        ):
-            # The host would answer the packet's source: the bridge. Name the player.
-            try:
-                payload = rewrite_sockaddr(payload, src[0])
-            except DPlayError:
-                # classify() checked the token and 'play' only; the SOCKADDR's family and
-                # sin_zero are checked here (protocols.md 1.2). Rule 7: drop, do not mislead.
-                return RelayDecision("bad_sockaddr")
+        if kind is DPlayKind.DP4:
+            address, command = peek_dp4(payload)  # classify() saw the 24 bytes it needs
+            if address not in (_ANY, src[0]):
+                return RelayDecision("dp4_sockaddr_mismatch")  # rule 7
+            enumeration = command == DP4Command.ENUMSESSIONS
+            if address == _ANY and settings.source_mode is SourceMode.REWRITE:
+                # The host would answer the packet's source: the bridge. Name the player.
+                try:
+                    payload = rewrite_sockaddr(payload, src[0])
+                except DPlayError:
+                    # classify() checked the token and 'play' only; the SOCKADDR's family and
+                    # sin_zero are checked here (protocols.md 1.2). Rule 8: drop, not mislead.
+                    return RelayDecision("bad_sockaddr")
+                rewritten = True
+        if enumeration and not self._enums.allow(src[0], now):
+            return RelayDecision("enum_rate")
+        if rewritten:
             loops.remember(hash((dst_port, payload)), ttl, now)
-            rewritten = True
         out_ttl = ttl - 1
         copies: list[Copy] = []
         for egress in self._egresses.values():
@@ -302,6 +458,8 @@ def build_plan(
                 first.broadcast if role == "lan" else "",
                 peers,
                 iface.mtu,
+                tuple(dict.fromkeys(str(a.network) for a in iface.addresses)),
+                tuple(a.address for a in iface.addresses),
             )
         )
     return tuple(egresses), own, bcasts

@@ -232,6 +232,7 @@ __all__ = [
     "parse_sockaddr",
     "parse_super_packed_player",
     "parse_winsock_sp_data",
+    "peek_dp4",
     "rewrite_sockaddr",
     "split_dp4_stream",
 ]
@@ -532,6 +533,22 @@ def rewrite_sockaddr(payload: bytes | bytearray | memoryview, address: str) -> b
     data = as_bytes(payload)
     _parse_sp_header(data)
     return data[:8] + ipaddress.IPv4Address(address).packed + data[12:]
+
+
+def peek_dp4(payload: bytes | bytearray | memoryview) -> tuple[str, int | None]:
+    """(SOCKADDR address, command or None if cut off) of a ``DP4`` payload; nothing checked.
+
+    ``sin_addr`` is read whatever the family and ``sin_zero`` say: a host answering an
+    EnumSessions connects to it (protocols.md 1.2, 7), so a relay judges that address even in
+    a malformed header. 0.0.0.0 means "the packet's source".
+
+    Raises:
+        DPlayError: ``dplay_truncated`` (shorter than the SP header and ``play``).
+    """
+    buf = as_bytes(payload)
+    need(buf, _SIGNATURE_END, "DP4 header")
+    command = _U16.unpack_from(buf, _SIGNATURE_END)[0] if len(buf) >= _SIGNATURE_END + 2 else None
+    return str(ipaddress.IPv4Address(buf[8:12])), command
 
 
 def split_dp4_stream(buf: bytes | bytearray | memoryview) -> tuple[list[bytes], bytes]:

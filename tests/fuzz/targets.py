@@ -353,8 +353,8 @@ def check_switch(data: bytes) -> None:
 
 
 RELAY_PLAN: Final = (
-    Egress(2, "lanA", "lan", "10.0.1.1", "10.0.1.255"),
-    Egress(3, "lanB", "lan", "10.0.2.1", "10.0.2.255"),
+    Egress(2, "lanA", "lan", "10.0.1.1", "10.0.1.255", networks=("10.0.1.0/24",)),
+    Egress(3, "lanB", "lan", "10.0.2.1", "10.0.2.255", networks=("10.0.2.0/24",)),
     Egress(4, "wg0", "p2p", "10.98.0.1", "", ("10.98.0.2", "10.98.0.3")),
 )
 RELAY_OWN: Final = frozenset(e.address for e in RELAY_PLAN)

@@ -68,3 +68,32 @@ def test_reflection_is_bounded_and_strict_mode_never_amplifies() -> None:
     default = reflect("--registrations", "300")
     assert default["rejoin"][0] <= 8 + 4 * 5 + 16, default
     assert default["register"][1] < 10, default
+
+
+@pytest.mark.netns
+def test_hostile_relay_sources_are_dropped_counted_and_players_still_get_through() -> None:
+    """bench/hostile_relay.py (R9 source validation, R7 DirectPlay reflection) on all three
+    paths: no copy of a spoofed, invalid or malformed broadcast, each counted where it was
+    dropped, every legitimate broadcast delivered. Before: every class but the kernel's own
+    martians was copied on the Python path, and all of them on the fast path."""
+    require("nft")
+    netns_dir = Path("/var/run/netns")
+    before = {p.name for p in netns_dir.iterdir()} if netns_dir.exists() else set()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "hostile_relay.py"), "--count=300", "--rate=3000"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "R7/R9: PASS" in out, out
+    for mode in ("fast", "python", "rewrite"):
+        assert f"== mode {mode}:" in out, out
+    assert "Traceback" not in out, out
+    delivered = re.findall(r"^legitimate broadcasts\s+(\d+)\s+(\d+)\s+(\d+)", out, re.M)
+    assert len(delivered) == 3, out
+    assert all(sent == got and int(sent) > 0 for sent, _, got in delivered), delivered
+    left = {p.name for p in netns_dir.iterdir()} if netns_dir.exists() else set()
+    assert not [name for name in left - before if name.startswith("hrl")], left

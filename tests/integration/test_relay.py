@@ -19,7 +19,7 @@ import struct
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -485,3 +485,70 @@ def test_a_slow_nft_never_stalls_the_loop(net: Netns, workdir: Path) -> None:
     finally:
         assert relay.stop() == 0
     assert "Traceback" not in relay.log()
+
+
+def wire_tos(ns: str, ifname: str, port: int) -> tuple[socket.socket, Callable[[float], list[int]]]:
+    """A capture of the UDP datagrams to ``port`` arriving on ``ifname`` as the wire carries
+    them (AF_PACKET: whatever the stack makes of them; what this namespace sends is left out);
+    returns their TOS bytes."""
+    with inside(ns):
+        cap = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0003))
+    cap.bind((ifname, 0x0003))
+    cap.settimeout(0.2)
+
+    def read(seconds: float) -> list[int]:
+        seen = []
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                frame, (_, proto, pkttype, *_) = cap.recvfrom(65535)
+            except TimeoutError:
+                continue
+            if proto != 0x0800 or pkttype == socket.PACKET_OUTGOING or frame[9] != 17:
+                continue
+            ihl = (frame[0] & 0x0F) * 4
+            if struct.unpack_from("!H", frame, ihl + 2)[0] == port:
+                seen.append(frame[1])
+        return seen
+
+    return cap, read
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("mode", ["preserve-python", "rewrite"])
+def test_python_copies_carry_the_fast_paths_mark_and_mixed_bridges_do_not_echo(
+    net: Netns, workdir: Path, mode: str
+) -> None:
+    """Issue 11 item 7. A fast-path bridge never fans out a copy carrying the shared DSCP mark
+    (0x2E, TOS 0xB8); the Python path's copies used to leave unmarked (TOS 0), so a fast-path
+    bridge on the same segments copied each of them back to the player's segment."""
+    seg_a, seg_b = segment(net, "sa"), segment(net, "sb")
+    pa, hb, box1, box2 = (net.add(n) for n in ("pa", "hb", "b1", "b2"))
+    attach(net, seg_a, "p0", pa, "eth0", "10.63.1.10/24")
+    attach(net, seg_b, "p0", hb, "eth0", "10.63.2.20/24")
+    for i, box in enumerate((box1, box2), start=1):
+        attach(net, seg_a, f"b{i}", box, "lanA", f"10.63.1.{i}/24")
+        attach(net, seg_b, f"b{i}", box, "lanB", f"10.63.2.{i}/24")
+    common = ("--ipx-listen", "off", "--metrics-listen", "off", "--iface", "lan*")
+    ready = r"relaying between: lanA.*lanB"
+    bridges = [
+        BridgeProcess(net, box1, *common, *mode_args("preserve"), log_dir=workdir, ready=ready),
+        BridgeProcess(net, box2, *common, *mode_args(mode), log_dir=workdir, ready=ready),
+    ]
+    cap_b, tos_on_b = wire_tos(hb, "eth0", 47624)
+    cap_a, tos_on_a = wire_tos(pa, "eth0", 47624)
+    player = Net.udp(pa, 50004, device="eth0")
+    try:
+        for i in range(5):
+            player.sendto(b"mixed %d" % i, ("255.255.255.255", 47624))
+            time.sleep(0.1)
+        on_b, on_a = tos_on_b(1.5), tos_on_a(0.5)
+        # one copy per bridge and broadcast on segment B, each marked
+        assert on_b == [0xB8] * 10, on_b
+        # and nothing came back to the player's segment
+        assert on_a == [], on_a
+    finally:
+        for s in (cap_a, cap_b, player):
+            s.close()
+        for b in bridges:
+            assert b.stop() == 0

@@ -41,21 +41,24 @@ class Source:
         return 0.0
 
 
-def listing(marked: int, copies: int, uninspected: int) -> str:
+def listing(marked: int, copies: int, uninspected: int, handle: int = 1) -> str:
     def rule(chain: str, comment: str, packets: int) -> dict[str, object]:
-        expr = [{"counter": {"packets": packets, "bytes": packets * 100}}, {"drop": None}]
+        verdict = {"dup": {"addr": "10.0.0.255", "dev": "x"}} if ">" in comment else {"drop": None}
+        expr = [{"counter": {"packets": packets, "bytes": packets * 100}}, verdict]
         return {"rule": {"family": "ip", "table": "ipxbridge", "chain": chain,
                          "comment": comment, "expr": expr}}  # fmt: skip
 
     items = [
         {"metainfo": {"json_schema_version": 1}},
-        {"table": {"family": "ip", "name": "ipxbridge", "handle": 1}},
+        {"table": {"family": "ip", "name": "ipxbridge", "handle": handle}},
         rule("fanout", "marked", marked),
         {"rule": {"chain": "fanout", "expr": [{"counter": {"packets": 999, "bytes": 1}}]}},
         rule("in_0", "lanA>lanB", copies),
         rule("in_0", "uninspected", uninspected),
         rule("in_1", "lanB>lanA", 0),
         rule("in_1", "uninspected", 1),
+        rule("fanout", "source_invalid", 2),  # any other commented drop: under its comment
+        {"rule": {"chain": "fanout", "comment": "x", "expr": [{"counter": {"packets": 5}}]}},
     ]
     return json.dumps({"nftables": items})
 
@@ -63,27 +66,28 @@ def listing(marked: int, copies: int, uninspected: int) -> str:
 def test_parse_counters_keys_commented_rules_by_chain() -> None:
     raw = parse_counters(listing(5, 7, 3))
     assert raw == {
-        ("fanout", "marked"): 5,
-        ("in_0", "lanA>lanB"): 7,
-        ("in_0", "uninspected"): 3,
-        ("in_1", "lanB>lanA"): 0,
-        ("in_1", "uninspected"): 1,
-    }
+        ("drop", "fanout", "marked"): 5,
+        ("copy", "in_0", "lanA>lanB"): 7,
+        ("drop", "in_0", "uninspected"): 3,
+        ("copy", "in_1", "lanB>lanA"): 0,
+        ("drop", "in_1", "uninspected"): 1,
+        ("drop", "fanout", "source_invalid"): 2,
+    }  # a counter that neither copies nor drops (no verdict) is not in the books
     assert parse_counters("not json") is None
     assert parse_counters('{"other": []}') is None
 
 
 def test_counts_never_go_back_when_the_table_is_replaced() -> None:
     fanout = KernelFanout((47624,))
-    fanout.fold(parse_counters(listing(10, 20, 30)) or {})
-    fanout.fold(parse_counters(listing(15, 25, 40)) or {})
+    fanout.fold(parse_counters(listing(10, 20, 30)) or {}, 1)
+    fanout.fold(parse_counters(listing(15, 25, 40)) or {}, 1)
     first = fanout.counts()
-    assert first.dropped == {"marked": 15, "uninspected": 41}
+    assert first.dropped == {"marked": 15, "uninspected": 41, "source_invalid": 2}
     assert first.copies == {"lanB": 25, "lanA": 0}
-    # A replace zeroes the kernel's counters: what it holds afterwards is all new.
-    fanout.fold(parse_counters(listing(2, 3, 4)) or {})
+    # A replace zeroes the kernel's counters (a new table handle): afterwards all is new.
+    fanout.fold(parse_counters(listing(2, 3, 4, handle=2)) or {}, 2)
     after = fanout.counts()
-    assert after.dropped == {"marked": 17, "uninspected": 45}
+    assert after.dropped == {"marked": 17, "uninspected": 46, "source_invalid": 4}
     assert after.copies == {"lanB": 28, "lanA": 0}
 
 
@@ -102,7 +106,7 @@ def test_install_folds_the_old_tables_counters_in_first(monkeypatch: pytest.Monk
     assert fanout.install(())
     assert [a for a in calls if "list" in a] == []  # nothing to read before the first install
     assert fanout.install(())  # reads the first table (100/200/300), then replaces it
-    assert fanout.read().dropped == {"marked": 101, "uninspected": 301 + 4}
+    assert fanout.read().dropped == {"marked": 101, "uninspected": 301 + 4, "source_invalid": 4}
 
 
 def test_fastpath_drops_are_exported_with_closed_reasons_only_on_the_fast_path() -> None:

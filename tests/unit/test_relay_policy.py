@@ -23,13 +23,16 @@ from ipxbridge.wire.directplay import (
     DP4Message,
     EnumSessions,
     SockAddr,
+    build_dp8_enum_query,
     build_enum_sessions,
     parse_dplay,
 )
 
-LAN_A = Egress(2, "lanA", "lan", "10.0.1.1", "10.0.1.255")
-LAN_B = Egress(3, "lanB", "lan", "10.0.2.1", "10.0.2.255")
-WG = Egress(4, "wg0", "p2p", "10.98.0.1", "", ("10.98.0.2", "10.98.0.3"))
+LAN_A = Egress(2, "lanA", "lan", "10.0.1.1", "10.0.1.255", networks=("10.0.1.0/24",))
+LAN_B = Egress(3, "lanB", "lan", "10.0.2.1", "10.0.2.255", networks=("10.0.2.0/24",))
+WG = Egress(
+    4, "wg0", "p2p", "10.98.0.1", "", ("10.98.0.2", "10.98.0.3"), networks=("10.98.0.0/24",)
+)
 OWN = frozenset({"10.0.1.1", "10.0.2.1", "10.98.0.1"})
 BCAST = {2: frozenset({"10.0.1.255"}), 3: frozenset({"10.0.2.255"}), 4: frozenset()}
 PLAYER = ("10.0.1.50", 2300)
@@ -95,7 +98,8 @@ def test_own_packets_unselected_interfaces_and_ttl() -> None:
 def test_loop_copy_with_lower_ttl_is_dropped_retries_pass() -> None:
     p = policy()
     assert decide(p, b"storm", ttl=64, now=0.0)[0] is None
-    assert decide(p, b"storm", ingress=3, ttl=63, now=0.01)[0] == "duplicate"  # echo / loop
+    # back over the tunnel (p2p: the player's address is not off-link there) / on LAN A
+    assert decide(p, b"storm", ingress=4, dst="10.98.0.1", ttl=63, now=0.01)[0] == "duplicate"
     assert decide(p, b"storm", ingress=2, ttl=62, now=0.02)[0] == "duplicate"  # came back
     for i in range(1, 6):  # the player's identical retries, 0.5 s apart
         assert decide(p, b"storm", ttl=64, now=0.5 * i)[0] is None
@@ -307,3 +311,115 @@ def test_nft_ruleset_copies_and_loop_guard() -> None:
     assert 'iifname "wg0" ip daddr 10.98.0.1 udp dport' in script
     assert 'dup to 10.98.0.3 device "wg0"' in script
     assert script.count("ip dscp set 0 ip daddr set 255.255.255.255") == 3
+
+
+# --- hostile sources (issue 11 items 2, 3, 7; reliability.md R7, R9) -----------------------
+
+
+@pytest.mark.parametrize("mode", list(SourceMode))
+@pytest.mark.parametrize(
+    ("src", "ingress", "reason"),
+    [
+        (("0.0.0.0", 2300), 2, "source_invalid"),  # "this network"
+        (("127.0.0.1", 2300), 2, "source_invalid"),  # loopback
+        (("224.0.0.5", 2300), 2, "source_invalid"),  # multicast
+        (("255.255.255.255", 2300), 2, "source_invalid"),  # the limited broadcast
+        (("10.0.1.255", 2300), 2, "source_invalid"),  # this segment's directed broadcast
+        (("10.0.2.255", 2300), 4, "source_invalid"),  # another segment's, even over p2p
+        (("8.8.8.8", 2300), 2, "source_off_link"),  # off-link on a LAN
+        (("10.0.2.50", 2300), 2, "source_off_link"),  # segment B's host spoofed onto A
+        (("10.0.1.50", 0), 2, "source_port_zero"),  # nothing can answer port 0
+        (("10.0.1.1", 2300), 2, "own_packet"),  # the bridge's own address
+    ],
+)
+def test_sources_no_host_sends_from_are_dropped_by_reason(
+    mode: SourceMode, src: tuple[str, int], ingress: int, reason: str
+) -> None:
+    """R9: before, every one of these was fanned out (only own_packet was checked)."""
+    dst = "10.98.0.1" if ingress == 4 else "255.255.255.255"
+    assert decide(policy(mode), b"x", src=src, ingress=ingress, dst=dst) == (reason, [])
+
+
+def test_a_remote_sites_player_over_p2p_is_not_off_link() -> None:
+    # WireGuard already held the inner source to the peer's AllowedIPs; a remote LAN's
+    # address arrives on the tunnel as it is.
+    reason, copies = decide(policy(), b"x", src=("192.168.7.20", 2300), ingress=4, dst="10.98.0.1")
+    assert reason is None
+    assert {name for name, _, _ in copies} == {"lanA", "lanB"}
+
+
+def enum_naming(address: str) -> bytes:
+    return build_enum_sessions(
+        EnumSessions(uuid.UUID(int=7), 0x81, None), sockaddr=SockAddr(2, 2300, address)
+    )
+
+
+@pytest.mark.parametrize("mode", list(SourceMode))
+def test_a_dp4_sockaddr_naming_someone_else_is_never_relayed(mode: SourceMode) -> None:
+    """R7: every host that hears an EnumSessions opens TCP to its SOCKADDR. Before, one naming
+    a victim was relayed to every segment (preserve mode) or as it was (rewrite mode)."""
+    p = policy(mode)
+    assert decide(p, enum_naming("10.0.9.9")) == ("dp4_sockaddr_mismatch", [])
+    # malformed around the address: judged by the address all the same
+    bad_family = enum_naming("10.0.9.9")[:4] + b"\x06\x00" + enum_naming("10.0.9.9")[6:]
+    assert decide(p, bad_family)[0] == "dp4_sockaddr_mismatch"
+    # the sender's own address, and 0.0.0.0 ("the packet's source"), are relayed
+    assert decide(p, enum_naming(PLAYER[0]), now=1.0)[0] is None
+    assert decide(p, enum_naming("0.0.0.0"), now=2.0)[0] is None
+
+
+def test_enumerations_are_bounded_per_source() -> None:
+    """R7: 20 at once, then 10 a second, per source IP; other sources and other traffic are
+    not touched."""
+    p = policy(SourceMode.PRESERVE)
+    outcomes = [decide(p, enum(), src=(PLAYER[0], 2300 + i), now=0.0)[0] for i in range(25)]
+    assert outcomes == [None] * 20 + ["enum_rate"] * 5  # any port of one address: one bucket
+    assert decide(p, enum(), src=("10.0.1.51", 2300), now=0.0)[0] is None  # a neighbour
+    assert decide(p, b"plain broadcast", now=0.0)[0] is None  # not an enumeration
+    assert decide(p, build_dp8_enum_query(cookie=1), now=0.0)[0] == "enum_rate"  # DP8 too
+    allowed = sum(decide(p, enum(), now=0.5 + i / 100)[0] is None for i in range(50))
+    assert allowed == 9  # 0.99 s at 10/s since the burst was spent
+    assert decide(p, enum(), now=10.0)[0] is None  # refilled
+
+
+def test_enumeration_buckets_are_bounded() -> None:
+    p = RelayPolicy(RelaySettings(SourceMode.PRESERVE, enum_sources=8))
+    p.set_plan((LAN_A, LAN_B, WG), OWN, BCAST)
+    for i in range(100):
+        decide(p, enum(), src=(f"10.0.1.{100 + i % 100}", 2300), now=float(i))
+    assert len(p._enums) == 8
+
+
+def test_kernel_mode_hands_directplay_to_python() -> None:
+    """Rule 5: the fast path cannot compare a SOCKADDR with the IP source or keep a bucket per
+    source, so its nft rules leave DP4 and DP8 EnumQuery to the Python path."""
+    p = policy(kernel_fanout=True)
+    assert decide(p, b"plain") == (None, [])  # the kernel copied it
+    reason, copies = decide(p, enum())
+    assert reason is None
+    assert {n for n, _, _ in copies} == {"lanB", "wg0"}
+    assert decide(p, enum_naming("10.0.9.9"), now=1.0)[0] == "dp4_sockaddr_mismatch"
+    script, _ = ruleset((LAN_A, LAN_B, WG), (47624, 6073))
+    assert "@th,224,32 0x706c6179 return" in script  # 'play' at payload byte 20
+    assert "@th,64,16 0x2 return" in script  # 00 02 at payload byte 0
+
+
+def test_a_marked_copy_counts_one_hop_lower() -> None:
+    """Item 7: a fast-path bridge's copies keep the original's TTL; marked, they are known to
+    be at least one relay away, so one of our own broadcasts coming back is a loop copy."""
+    p = policy()
+    assert decide(p, b"echo", ttl=64, now=0.0)[0] is None
+    back = decide(p, b"echo", ingress=4, dst="10.98.0.1", ttl=64, now=0.1, tos=0x2E << 2)
+    assert back[0] == "duplicate"
+    # unmarked with the same TTL: a retry, relayed (as before)
+    assert decide(p, b"echo", ingress=2, ttl=64, now=0.2)[0] is None
+
+
+def test_nft_ruleset_validates_sources_and_form_like_the_policy() -> None:
+    script, _ = ruleset((LAN_A, LAN_B, WG), (47624, 6073))
+    assert 'ip saddr { 10.0.1.1, 10.0.2.1, 10.98.0.1 } counter drop comment "own_packet"' in script
+    assert "{ 0.0.0.0/8, 10.0.1.255, 10.0.2.255, 10.98.0.255, 127.0.0.0/8, 224.0.0.0/3 }" in script
+    assert 'ip saddr != { 10.0.1.0/24 } counter drop comment "source_off_link"' in script
+    assert 'udp sport 0 counter drop comment "source_port_zero"' in script
+    assert "!= @wellformed counter drop" in script
+    assert "1500 . 1480" in script
