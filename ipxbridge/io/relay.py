@@ -61,7 +61,13 @@ RECV_SIZE: Final = 65_535
 ANC_SIZE: Final = 256
 MAX_PER_WAKEUP: Final = 256
 READ_BATCH: Final = 1024  # relay-port datagrams read per wake-up at most (cheap: no decision)
-FAIR_TURN: Final = 64  # of which decided, inspected and relayed per turn, round robin (R13)
+# Of those, decided, inspected and relayed per turn, round robin (R13). Small, so the loop
+# goes back to reading often: under a single-source flood the kernel's socket queue, which
+# cannot tell sources apart, is what delays and drops a quiet player's broadcasts, and
+# reading it empty (discarding the flooder's excess as fair_share) is what keeps it short.
+# bench/fairness.py, 80k pps for 60 s: 64 gave a 10 pps player 96.8 % and p99 165 ms
+# (median of 5), 16 gave 99.8-100 % and 27-40 ms, 8 gave 100 % and 23-26 ms.
+FAIR_TURN: Final = 8
 FLOW_IDLE: Final = FlowLimits().idle  # return sockets expire like flows
 MAX_RETURNS: Final = 1024
 _IPV4: Final = struct.Struct("!BBHHHBBH4s4s")
