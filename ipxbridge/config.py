@@ -32,9 +32,10 @@ from pydantic import (
 )
 
 from ipxbridge.errors import IpxbridgeError
-from ipxbridge.wire.ipx import DEFAULT_FILTERED_SOCKETS
+from ipxbridge.policy.relay import DEFAULT_RELAY_PORTS
+from ipxbridge.wire.ipx import DEFAULT_FILTERED_SOCKETS, IPX_UDP_PORT
 
-DEFAULT_IPX_PORT: Final = 213  # IANA "ipx" port, RFC 1234
+DEFAULT_IPX_PORT: Final = IPX_UDP_PORT
 
 DEFAULT_CONFIG_YAML: Final = """\
 # ipxbridge configuration. Every key is optional; these are the defaults.
@@ -305,7 +306,7 @@ class RelaySection(_Model):
     """Broadcast fan-out across interfaces and VPNs."""
 
     interfaces: tuple[RelayInterface, ...] = ()  # empty: the relay is off
-    ports: tuple[Annotated[int, Field(ge=1, le=65_535, strict=True)], ...] = (47624, 6073)
+    ports: tuple[Annotated[int, Field(ge=1, le=65_535, strict=True)], ...] = DEFAULT_RELAY_PORTS
     source_mode: Literal["auto", "preserve", "rewrite"] = "auto"
     # Kernel fast path (nftables dup) for preserve mode: auto = when nft and CAP_NET_ADMIN
     # are available. Off: every copy is made in Python (needed to chain relays).

@@ -6,7 +6,7 @@ a frame that does not decode has ``ok: false`` and the reason in ``error``.
 """
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 from uuid import UUID
 
 from ipxbridge.io.capture import read_capture
@@ -33,14 +33,10 @@ from ipxbridge.wire.directplay import (
     parse_dplay,
     split_dp4_stream,
 )
+from ipxbridge.wire.dplay8 import is_dp8_port
 from ipxbridge.wire.errors import WireError
-from ipxbridge.wire.ipx import HEADER_LEN, IpxHeader, parse_header
+from ipxbridge.wire.ipx import HEADER_LEN, IPX_UDP_PORT, IpxHeader, parse_header
 from ipxbridge.wire.pcap import Frame
-
-IPX_PORT: Final = 213
-DP4_PORT: Final = 47624
-DP8_PORT: Final = 6073
-DPLAY_PORTS: Final = range(2300, 2401)  # [MC-DPL4CS] 2.1 / [MC-DPLHP] 1.9
 
 Json = dict[str, Any]
 
@@ -234,7 +230,7 @@ def decode_frame(frame: Frame, games: Mapping[UUID, str]) -> list[Json]:
             }
         ]
     ports = (frame.sport, frame.dport)
-    if frame.transport == "udp" and IPX_PORT in ports:
+    if frame.transport == "udp" and IPX_UDP_PORT in ports:
         return [{**base, **decode_ipx(frame.payload, games)}]
     if frame.transport == "tcp":
         if not frame.payload:  # handshake, ACK or FIN: nothing to decode, nothing wrong
@@ -265,7 +261,7 @@ def decode_frame(frame: Frame, games: Mapping[UUID, str]) -> list[Json]:
                 }
             )
         return out
-    dp8 = DP8_PORT in ports or any(2302 <= p <= 2400 for p in ports)
+    dp8 = any(is_dp8_port(p) for p in ports)
     return [{**base, **_dplay(frame.payload, games, dp8_context=dp8)}]
 
 

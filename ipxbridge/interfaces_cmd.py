@@ -28,11 +28,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ipxbridge.config import check_interface_pattern
+from ipxbridge.policy.relay import DEFAULT_RELAY_PORTS
 from ipxbridge.policy.topology import Interface, Topology, select
 
-# DirectPlay 4 session enumeration (MC-DPL4CS 3.1.4.1) and DirectPlay 8 DPNSVR (IANA 6073):
-# the broadcasts games use to find each other; the relay's defaults.
-DEFAULT_RELAY_PORTS: Final = (47624, 6073)
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2

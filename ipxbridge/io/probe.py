@@ -24,6 +24,8 @@ from typing import Final
 from ipxbridge.io.interfaces import Ipv4Interface
 from ipxbridge.policy.inspect import Inspector
 from ipxbridge.wire.directplay import (
+    DP4_ENUM_PORT,
+    DP8_ENUM_PORT,
     DPlayError,
     EnumSessions,
     SockAddr,
@@ -35,8 +37,6 @@ from ipxbridge.wire.directplay import (
 
 logger = logging.getLogger(__name__)
 
-DP4_ENUM_PORT: Final = 47624
-DP8_ENUM_PORT: Final = 6073
 # EnumSessions flags (protocols.md 1.4): 0x02 all sessions, 0x40 include password-protected.
 PROBE_FLAGS: Final = 0x02 | 0x40
 TCP_READ_LIMIT: Final = 256 * 1024

@@ -46,6 +46,7 @@ from ipxbridge.policy.fairness import FairQueue
 from ipxbridge.policy.flows import FlowKey, FlowLimits, FlowTable
 from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.relay import Copy, Egress, RelayPolicy, SourceMode
+from ipxbridge.wire.dplay8 import is_dp8_port
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,6 @@ FLOW_IDLE: Final = FlowLimits().idle  # return sockets expire like flows
 MAX_RETURNS: Final = 1024
 _IPV4: Final = struct.Struct("!BBHHHBBH4s4s")
 _UDP: Final = struct.Struct("!HHHH")
-DP8_PORTS: Final = frozenset({6073, *range(2302, 2401)})
 # Own copies and loop copies were inspected the first time; spoofed or invalid sources, a
 # reflecting SOCKADDR and enumerations over their rate are not a player's (R7, R9).
 UNINSPECTED: Final = frozenset(
@@ -350,7 +350,7 @@ class BroadcastRelay:
                     host=f"{src[0]}:{src[1]}",
                     source=src_addr,
                     now=now,
-                    dp8_context=port in DP8_PORTS,
+                    dp8_context=is_dp8_port(port),
                 )
             if reason is not None:
                 continue
@@ -524,7 +524,7 @@ class BroadcastRelay:
                     host=f"{host[0]}:{host[1]}",
                     source=host_addr,
                     now=now,
-                    dp8_context=flow.port in DP8_PORTS,
+                    dp8_context=is_dp8_port(flow.port),
                 )
             ret = self._return(flow, host_addr, now)
             if ret is None:

@@ -77,6 +77,7 @@ from typing import Final
 from ipxbridge.policy.dedup import LoopFilter
 from ipxbridge.policy.topology import Interface, Topology, select
 from ipxbridge.wire.directplay import (
+    DP4_ENUM_PORT,
     SIGNATURE,
     SP_HEADER_LEN,
     DP4Command,
@@ -86,10 +87,10 @@ from ipxbridge.wire.directplay import (
     peek_dp4,
     rewrite_sockaddr,
 )
-from ipxbridge.wire.dplay8 import DP8_ENUM_QUERY, DP8_LEAD_ENUM
+from ipxbridge.wire.dplay8 import DP8_ENUM_PORT, DP8_ENUM_QUERY, DP8_LEAD_ENUM
 
 LIMITED_BROADCAST: Final = "255.255.255.255"
-DEFAULT_RELAY_PORTS: Final = (47624, 6073)  # DirectPlay 4 enumeration, DirectPlay 8 DPNSVR
+DEFAULT_RELAY_PORTS: Final = (DP4_ENUM_PORT, DP8_ENUM_PORT)  # DP4 enumeration, DP8 DPNSVR
 RELAY_DROP_REASONS: Final = (
     "not_selected",
     "own_packet",

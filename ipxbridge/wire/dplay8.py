@@ -44,6 +44,15 @@ from ipxbridge.wire.errors import DPlayError
 from ipxbridge.wire.guid import GUID_LEN, guid_from_wire, guid_to_wire
 
 DP8_ENUM_PORT: Final = 6073  # [MC-DPLHP] 2.1: DPNSVR, IANA "directplay8"
+# [MC-DPLHP] 1.9: with no port given, DirectPlay 8 takes the first free one in 2302-2400;
+# hosts answer an enumeration from it (protocols.md 2.1).
+DP8_GAME_PORTS: Final = range(2302, 2401)
+
+
+def is_dp8_port(port: int) -> bool:
+    """Whether a UDP port is one DirectPlay 8 speaks on: DPNSVR or a default game port."""
+    return port == DP8_ENUM_PORT or port in DP8_GAME_PORTS
+
 
 # --- enumeration ([MC-DPLHP] 2.2; protocols.md 2.2 and 2.3) ---------------------------------
 

@@ -29,6 +29,7 @@ from ipxbridge.wire.errors import WireError
 _HEADER: Final = struct.Struct("!HHBB4s6sH4s6sH")
 HEADER_LEN: Final = _HEADER.size  # 30
 
+IPX_UDP_PORT: Final = 213  # RFC 1234: IANA "ipx", the tunnel's UDP port
 CHECKSUM_NONE: Final = 0xFFFF  # RFC 1234 "Reserved packets": IPX never checksums.
 MAX_HOPS: Final = 16  # IPX transport control: a router discards a packet after 16 hops.
 MAX_DATAGRAM: Final = 65_507  # largest UDP payload over IPv4.

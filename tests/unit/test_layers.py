@@ -5,6 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from ipxbridge.config import DEFAULT_CONFIG_YAML, Config, load_config
+from ipxbridge.policy.relay import DEFAULT_RELAY_PORTS
+from ipxbridge.wire.directplay import DP4_ENUM_PORT
+from ipxbridge.wire.dplay8 import DP8_ENUM_PORT, is_dp8_port
+
 PKG = Path(__file__).resolve().parents[2] / "ipxbridge"
 IMPURE = {
     "asyncio",
@@ -49,3 +54,35 @@ def test_pure_layers(layer: str) -> None:
                 assert any(name == a or name.startswith(a + ".") for a in ALLOWED[layer]), (
                     f"{path.name} imports {name}, outside its layer"
                 )
+
+
+# Well-known ports: each defined once, by the codec of its protocol (issue 12 item 2). They
+# used to be written out in eight places that disagreed (2300-2400 against 2302-2400).
+WELL_KNOWN_PORTS = {213, 47624, 6073, 2300, 2302, 2400, 2401}
+
+
+def test_well_known_ports_are_defined_only_in_wire() -> None:
+    elsewhere = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path.relative_to(PKG).parts[0] == "wire":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Constant)
+                and type(node.value) is int
+                and node.value in WELL_KNOWN_PORTS
+            ):
+                elsewhere.append(f"{path.relative_to(PKG)}:{node.lineno}: {node.value}")
+    assert elsewhere == []
+
+
+def test_one_dp8_port_rule_and_the_defaults_agree() -> None:
+    # [MC-DPLHP] 1.9: 2302-2400 (2300 and 2301 are DirectPlay 4's, not 8's)
+    assert [p for p in range(2290, 2410) if is_dp8_port(p)] == list(range(2302, 2401))
+    assert is_dp8_port(DP8_ENUM_PORT)
+    assert not is_dp8_port(DP4_ENUM_PORT)
+    # the embedded YAML, the model's default and the relay policy name the same ports
+    assert DEFAULT_RELAY_PORTS == (DP4_ENUM_PORT, DP8_ENUM_PORT)
+    assert Config().relay.ports == DEFAULT_RELAY_PORTS
+    assert load_config(None, environ={}).relay.ports == DEFAULT_RELAY_PORTS
+    assert "ports: [47624, 6073]" in DEFAULT_CONFIG_YAML
