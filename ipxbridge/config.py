@@ -328,7 +328,7 @@ class RelaySection(_Model):
 
 
 class HttpSection(_Model):
-    """The HTTP API (and later /metrics, status page)."""
+    """The HTTP endpoint: /metrics, health, the status page and the JSON API."""
 
     listen: str = "127.0.0.1:9213"
 

@@ -12,7 +12,7 @@ Contract:
 - The broadcast address is always computed from the prefix, never taken from netifaces.
   For ``ip addr add A/24`` without ``brd +`` glibc reports the box's *own* address as the
   broadcast (seen here: ``'broadcast': '10.1.2.3'``; reliability.md item 8).
-- :func:`list_ipv4` / :func:`select_ipv4` and :class:`Ipv4Interface` are the older
+- :func:`select_ipv4` and :class:`Ipv4Interface` are the older
   one-row-per-address view used by the DirectPlay prober; they keep their behaviour.
   :func:`ipv4_from_topology` gives the same view of a pyroute2 snapshot.
 
@@ -117,11 +117,6 @@ def ipv4_from_topology(topology: Topology, *, up_only: bool = False) -> list[Ipv
                 )
             )
     return out
-
-
-def list_ipv4() -> list[Ipv4Interface]:
-    """Every IPv4 address on every interface except loopback (read with netifaces)."""
-    return ipv4_from_topology(read_topology_netifaces())
 
 
 def select_ipv4(patterns: list[str] | tuple[str, ...]) -> list[Ipv4Interface]:

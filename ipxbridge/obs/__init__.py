@@ -1,1 +1,1 @@
-"""Observability: in-process accounting, logging setup (and later the Prometheus exposition)."""
+"""Observability: counters, latency, logging setup, the Prometheus collector and the status page."""

@@ -48,10 +48,6 @@ class IpxCounters:
         """Sum of drops over all reasons."""
         return sum(self.dropped.values())
 
-    def balanced(self) -> bool:
-        """True when every received datagram has exactly one recorded outcome."""
-        return self.received == self.forwarded + self.control + self.dropped_total
-
     def summary(self) -> str:
         """One line for the log on stop."""
         drops = ", ".join(f"{k}={v}" for k, v in sorted(self.dropped.items())) or "none"

@@ -1,1 +1,5 @@
-"""Pure decisions: switching, duplicate suppression. The clock is always passed in."""
+"""Pure decisions; the clock is always passed in.
+
+The IPX switch, loop and duplicate filters, unverified budgets, the relay plan and its rules,
+the flow table, fair queues, DirectPlay inspection, reassembly and the session list.
+"""
