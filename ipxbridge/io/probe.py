@@ -24,6 +24,7 @@ from typing import Final
 from ipxbridge.io.interfaces import Ipv4Interface
 from ipxbridge.policy.inspect import Inspector
 from ipxbridge.wire.directplay import (
+    AF_INET_WIRE,
     DP4_ENUM_PORT,
     DP8_ENUM_PORT,
     DPlayError,
@@ -41,8 +42,6 @@ logger = logging.getLogger(__name__)
 PROBE_FLAGS: Final = 0x02 | 0x40
 TCP_READ_LIMIT: Final = 256 * 1024
 TCP_TIMEOUT: Final = 10.0
-AF_INET_WIRE: Final = 2
-SO_BINDTODEVICE: Final = 25
 
 
 def dp4_probe(tcp_port: int, *, bare: bool = False) -> bytes:
@@ -129,7 +128,7 @@ class DirectPlayProber:
             sock.setblocking(False)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
             # Bound to the device so a broadcast leaves through this interface only.
-            sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, iface.name.encode())
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, iface.name.encode())
             sock.bind((iface.address, 0))
         except OSError as exc:
             sock.close()

@@ -57,7 +57,6 @@ IP_RECVTTL: Final = 12
 IP_TTL_CMSG: Final = 2
 IP_RECVTOS: Final = 13
 IP_TOS_CMSG: Final = 1
-SO_BINDTODEVICE: Final = 25
 RECV_SIZE: Final = 65_535
 ANC_SIZE: Final = 256
 MAX_PER_WAKEUP: Final = 256
@@ -442,7 +441,7 @@ class BroadcastRelay:
             raw.setblocking(False)
             raw.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
             raw.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-            raw.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, egress.name.encode())
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, egress.name.encode())
         except OSError as exc:
             raw.close()
             logger.warning("cannot send on %s: %s", egress.name, exc)
@@ -460,7 +459,7 @@ class BroadcastRelay:
         try:
             sock.setblocking(False)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-            sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, name.encode())
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, name.encode())
             sock.bind((address, 0))
         except OSError:
             sock.close()

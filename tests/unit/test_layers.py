@@ -86,3 +86,26 @@ def test_one_dp8_port_rule_and_the_defaults_agree() -> None:
     assert Config().relay.ports == DEFAULT_RELAY_PORTS
     assert load_config(None, environ={}).relay.ports == DEFAULT_RELAY_PORTS
     assert "ports: [47624, 6073]" in DEFAULT_CONFIG_YAML
+
+
+def test_no_constant_is_defined_twice() -> None:
+    """One owner per constant (issue 12 item 2): a module-level UPPER_CASE name given the same
+    literal value in two modules is one rule written twice (SO_BINDTODEVICE and the Winsock
+    AF_INET were, in the prober and the relay)."""
+    owners: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and node.target.id.isupper()
+                and node.value is not None
+            ):
+                continue
+            try:
+                value = repr(ast.literal_eval(node.value))
+            except ValueError:
+                continue  # computed from something else: not a literal written again
+            where = f"{path.relative_to(PKG)}:{node.lineno}"
+            owners.setdefault((node.target.id, value), []).append(where)
+    assert {k: v for k, v in owners.items() if len(v) > 1} == {}
