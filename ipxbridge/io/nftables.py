@@ -45,13 +45,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from ipxbridge.policy.relay import INVALID_SOURCES, Egress
+from ipxbridge.policy.relay import DSCP_MARK, INVALID_SOURCES, Egress
 from ipxbridge.wire.directplay import SIGNATURE
 
 logger = logging.getLogger(__name__)
 
 TABLE: Final = "ipxbridge"
-DSCP_MARK: Final = 0x2E  # EF; any value works as long as all bridges agree
 INSPECT_PPS: Final = 5000  # originals per second and ingress handed to the inspector
 # Comments of the ruleset's drop counters: reasons a datagram on a relay port never reaches
 # the bridge's socket (ipxbridge_fastpath_dropped_packets_total, exported at 0 from the

@@ -319,6 +319,7 @@ class BroadcastRelay:
     def _on_broadcast(self, sock: socket.socket, port: int) -> None:
         counters = self.counters
         now = self._loop.time()
+        dp8 = is_dp8_port(port)
         for data, anc, flags, src in self._fair_turn(sock, port):
             ifindex, dst_ip, ttl, tos = parse_ancillary(anc)
             counters.count_received(data, ifindex)
@@ -349,7 +350,7 @@ class BroadcastRelay:
                     host=f"{src[0]}:{src[1]}",
                     source=src_addr,
                     now=now,
-                    dp8_context=is_dp8_port(port),
+                    dp8_context=dp8,
                 )
             if reason is not None:
                 continue
@@ -421,10 +422,6 @@ class BroadcastRelay:
                     return False
                 if flow.ttl != copy.ttl:  # also a new flow's first copy (ttl 0)
                     flow.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, copy.ttl)
-                    # Marked like the fast path's copies, so no fast-path bridge on the
-                    # same segments fans this copy out again (issue 11 item 7).
-                    tos = self.policy.settings.dscp_mark << 2
-                    flow.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
                     flow.ttl = copy.ttl
                 flow.sock.sendto(copy.payload, (copy.dst, port))
         except BlockingIOError:
@@ -449,8 +446,8 @@ class BroadcastRelay:
         return raw
 
     @staticmethod
-    def _bound_udp(name: str, address: str) -> socket.socket:
-        """A UDP socket bound to ``address`` on device ``name``.
+    def _bound_udp(name: str, address: str, tos: int) -> socket.socket:
+        """A UDP socket bound to ``address`` on device ``name``, sending with TOS ``tos``.
 
         Raises:
             OSError: no descriptor left, or the kernel refused the device or address.
@@ -460,6 +457,7 @@ class BroadcastRelay:
             sock.setblocking(False)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, name.encode())
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
             sock.bind((address, 0))
         except OSError:
             sock.close()
@@ -477,7 +475,9 @@ class BroadcastRelay:
         if not admission.created:
             return self._flows[key]
         try:
-            sock = self._bound_udp(egress.name, egress.address)
+            # Marked like the fast path's copies, so no fast-path bridge on the same
+            # segments fans them out again (issue 11 item 7).
+            sock = self._bound_udp(egress.name, egress.address, self.policy.settings.dscp_mark << 2)
         except OSError as exc:
             self._table.remove(key)
             no_fd = exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)

@@ -90,6 +90,10 @@ from ipxbridge.wire.directplay import (
 from ipxbridge.wire.dplay8 import DP8_ENUM_PORT, DP8_ENUM_QUERY, DP8_LEAD_ENUM
 
 LIMITED_BROADCAST: Final = "255.255.255.255"
+# DSCP of every relayed copy, kernel or Python (EF): a marked datagram is never fanned out
+# again by a fast path (rule 5) and counts one hop lower here (rule 6). Any value works as
+# long as all bridges agree.
+DSCP_MARK: Final = 0x2E
 DEFAULT_RELAY_PORTS: Final = (DP4_ENUM_PORT, DP8_ENUM_PORT)  # DP4 enumeration, DP8 DPNSVR
 RELAY_DROP_REASONS: Final = (
     "not_selected",
@@ -178,7 +182,7 @@ class RelaySettings:
     # The kernel makes the copies (io/nftables.py); this policy then only classifies what
     # arrives: originals (relayed by the kernel) and marked copies (never relayed again).
     kernel_fanout: bool = False
-    dscp_mark: int = 0x2E
+    dscp_mark: int = DSCP_MARK
     enum_rate: float = 10.0  # enumerations per second and source IP (rule 9)
     enum_burst: int = 20
     enum_sources: int = 4096  # sources with a bucket; the least recently seen go first
