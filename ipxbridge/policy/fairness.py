@@ -38,8 +38,11 @@ class FairQueue(Generic[T]):
         self.per_source = per_source
         self.max_items = max_items
         self.max_bytes = max_bytes
-        # insertion order is the round-robin order: a source served goes to the back
         self._queues: dict[str, deque[tuple[T, int]]] = {}
+        # the round: sources with something waiting, next to serve first (a deque: a dict used
+        # as the round leaves a hole at its front per source served, which every later turn
+        # walks past)
+        self._round: deque[str] = deque()
         self._items = 0
         self._bytes = 0
 
@@ -58,6 +61,7 @@ class FairQueue(Generic[T]):
         queue = self._queues.get(source)
         if queue is None:
             queue = self._queues[source] = deque()
+            self._round.append(source)
         elif len(queue) >= self.per_source:
             return False
         queue.append((item, size))
@@ -68,17 +72,17 @@ class FairQueue(Generic[T]):
     def take(self, budget: int) -> list[T]:
         """Up to ``budget`` items, round robin over the sources, oldest first in each."""
         out: list[T] = []
-        queues = self._queues
-        while queues and len(out) < budget:
-            for source in list(queues):
-                queue = queues.pop(source)
-                item, size = queue.popleft()
-                out.append(item)
-                self._bytes -= size
-                if queue:
-                    queues[source] = queue  # to the back of the round
-                if len(out) >= budget:
-                    break
+        queues, round_ = self._queues, self._round
+        while round_ and len(out) < budget:
+            source = round_.popleft()  # served, then to the back of the round
+            queue = queues[source]
+            item, size = queue.popleft()
+            out.append(item)
+            self._bytes -= size
+            if queue:
+                round_.append(source)
+            else:
+                del queues[source]
         self._items -= len(out)
         return out
 
@@ -86,5 +90,6 @@ class FairQueue(Generic[T]):
         """Empty the queues; what they held, in no particular order."""
         out = [item for queue in self._queues.values() for item, _ in queue]
         self._queues.clear()
+        self._round.clear()
         self._items = self._bytes = 0
         return out
