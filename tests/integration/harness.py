@@ -26,6 +26,24 @@ from ipxbridge.wire import ipx
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def run_bench(script: str, *args: str, timeout: float) -> tuple[int, str]:
+    """Run ``bench/<script>`` with this interpreter: (exit code, stdout + stderr)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def namespaces() -> set[str]:
+    """The named network namespaces there are now (``ip netns``)."""
+    where = Path("/var/run/netns")
+    return {p.name for p in where.iterdir()} if where.exists() else set()
+
+
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run a command (never through a shell) and fail loudly with its output."""
     res = subprocess.run(list(args), capture_output=True, text=True, timeout=30, check=False)

@@ -1,29 +1,19 @@
 """The benchmark scripts still run and still judge: a short soak must pass R3's books."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.integration.conftest import require
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.integration.harness import namespaces, run_bench
 
 
 @pytest.mark.netns
 def test_short_soak_closes_the_books() -> None:
     require("ip")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "soak.py"), "--hostile=20000", "--valid=5000"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    code, out = run_bench("soak.py", "--hostile=20000", "--valid=5000", timeout=120)
+    assert code == 0, out
     # 25,000 datagrams, 2 registrations, and any keepalive answers B sent
     books = re.search(r"received ([\d,]+) = forwarded .*: yes", out)
     assert books, out
@@ -38,15 +28,8 @@ LINE = re.compile(r"^(\w+) +spoofed .* got ([\d,]+) B in ([\d,]+) datagrams: BAF
 
 def reflect(*args: str) -> dict[str, tuple[int, float]]:
     """Run bench/reflect.py; (datagrams the victim got, BAF) per attack."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "reflect.py"), "--seconds", "4", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    code, out = run_bench("reflect.py", "--seconds", "4", *args, timeout=120)
+    assert code == 0, out
     found = {m[1]: (int(m[3].replace(",", "")), float(m[4])) for m in LINE.finditer(out)}
     assert set(found) == {"rejoin", "register"}, out
     return found
@@ -77,17 +60,9 @@ def test_hostile_relay_sources_are_dropped_counted_and_players_still_get_through
     dropped, every legitimate broadcast delivered. Before: every class but the kernel's own
     martians was copied on the Python path, and all of them on the fast path."""
     require("nft")
-    netns_dir = Path("/var/run/netns")
-    before = {p.name for p in netns_dir.iterdir()} if netns_dir.exists() else set()
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "hostile_relay.py"), "--count=300", "--rate=3000"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    before = namespaces()
+    code, out = run_bench("hostile_relay.py", "--count=300", "--rate=3000", timeout=240)
+    assert code == 0, out
     assert "R7/R9: PASS" in out, out
     for mode in ("fast", "python", "rewrite"):
         assert f"== mode {mode}:" in out, out
@@ -95,5 +70,5 @@ def test_hostile_relay_sources_are_dropped_counted_and_players_still_get_through
     delivered = re.findall(r"^legitimate broadcasts\s+(\d+)\s+(\d+)\s+(\d+)", out, re.M)
     assert len(delivered) == 3, out
     assert all(sent == got and int(sent) > 0 for sent, _, got in delivered), delivered
-    left = {p.name for p in netns_dir.iterdir()} if netns_dir.exists() else set()
+    left = namespaces()
     assert not [name for name in left - before if name.startswith("hrl")], left

@@ -10,16 +10,13 @@ order, 256 per wake-up) 87-90 % delivered, p99 314-437 ms: this test fails again
 """
 
 import re
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.integration.conftest import require
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.integration.harness import namespaces, run_bench
 
 LEGIT = re.compile(
     r"^legitimate: sent (\d+), delivered (\d+) \(([\d.]+) %\), latency p50 ([\d.]+) ms, "
@@ -36,10 +33,8 @@ MODE = re.compile(r"^== mode (\w+) ", re.M)
 def test_fairness_bench_short_flood_player_gets_through_and_books_close(tmp_path: Path) -> None:
     require("ip", "nft")
     figures = tmp_path / "fairness.json"
-    cmd = [sys.executable, str(ROOT / "bench" / "fairness.py"), "--seconds", "8"]
-    cmd += ["--flood-pps", "20000", "--modes", "python,fast", "--json", str(figures)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=150, check=False)
-    out = proc.stdout + proc.stderr
+    args = ("--seconds", "8", "--flood-pps", "20000", "--modes", "python,fast")
+    code, out = run_bench("fairness.py", *args, "--json", str(figures), timeout=150)
     found = re.search(r"namespaces (frn\d+)_\*", out)
     assert found, out
     prefix = found.group(1)
@@ -60,10 +55,9 @@ def test_fairness_bench_short_flood_player_gets_through_and_books_close(tmp_path
     assert out.count("alive yes, Traceback in its log no") == 2, out
     assert "Traceback (most recent call last)" not in out, out  # nor in the script itself
     assert "R13: PASS" in out, out
-    assert proc.returncode == 0, out
+    assert code == 0, out
     assert figures.exists(), out
 
-    netns_dir = Path("/var/run/netns")
-    left = [p.name for p in netns_dir.iterdir()] if netns_dir.exists() else []
+    left = namespaces()
     assert not [name for name in left if name.startswith(prefix + "_")], left
     assert not list(Path(tempfile.gettempdir()).glob(f"{prefix}-*")), "bridge logs left"

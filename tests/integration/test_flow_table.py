@@ -15,8 +15,6 @@ host's answer alone must not be enough to keep a flow.
 import contextlib
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -32,7 +30,7 @@ from ipxbridge.wire.directplay import (
     parse_dplay,
 )
 from tests.factories import dp8_response
-from tests.integration.harness import BridgeProcess, Netns, inside, sh
+from tests.integration.harness import BridgeProcess, Netns, inside, namespaces, run_bench, sh
 
 PLAYER = "10.72.0.10"
 HOST = "10.73.1.20"
@@ -239,22 +237,12 @@ def test_spoofed_one_packet_sources_never_lock_a_player_out(topo: Topo, workdir:
     assert "Traceback" not in b.log()
 
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 @pytest.mark.netns
 def test_flow_flood_campaign_script_runs_and_judges(net: Netns) -> None:
     """bench/flow_flood.py (the README's R16 figure) still runs: a short flood, both players
     answered every time, evictions exported, descriptors bounded, namespaces removed."""
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "flow_flood.py"), "--sources=4000", "--after=1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    code, out = run_bench("flow_flood.py", "--sources=4000", "--after=1", timeout=120)
+    assert code == 0, out
     answered = re.findall(r"(\w+) player, .* answered (\d+) \(([\d.]+) %\)", out)
     assert [(who, pct) for who, _, pct in answered] == [
         ("established", "100.0"),
@@ -267,6 +255,5 @@ def test_flow_flood_campaign_script_runs_and_judges(net: Netns) -> None:
     assert fds, out
     assert int(fds.group(2)) - int(fds.group(1)) <= 2 * (128 + 2) + 8, out
     assert ": yes;" in out, out  # the relay's books close
-    netns_dir = Path("/var/run/netns")
-    left = [p.name for p in netns_dir.iterdir()] if netns_dir.exists() else []
+    left = namespaces()
     assert not [name for name in left if name.startswith("ffl")], left
