@@ -81,7 +81,9 @@ def dumpcap_lo_and_any(net: Netns, out: Path, payloads: list[bytes]) -> Path:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         deadline = time.monotonic() + 20
-        while "Capturing on" not in err.read_text():
+        # "Capturing on" is printed before the interfaces are opened; "File:" only once
+        # every interface is open with its filter set and the output file exists.
+        while "File: " not in err.read_text():
             assert proc.poll() is None, err.read_text()
             assert time.monotonic() < deadline, f"dumpcap did not start: {err.read_text()}"
             time.sleep(0.05)
