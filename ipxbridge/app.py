@@ -40,8 +40,8 @@ from ipxbridge.obs.metrics import (
     make_registry,
 )
 from ipxbridge.obs.status import render_status
+from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.flows import FlowLimits
-from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.reassembly import Reassembler
 from ipxbridge.policy.relay import (
     Egress,

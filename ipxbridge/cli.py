@@ -247,7 +247,7 @@ def _decode(args: argparse.Namespace) -> int:
 
 
 def _sessions(args: argparse.Namespace) -> int:
-    from ipxbridge.browse import fetch_sessions, probe_sessions, render_table  # noqa: PLC0415
+    from ipxbridge.sessions_cmd import fetch_sessions, probe_sessions, render_table  # noqa: PLC0415
 
     try:
         if args.probe:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Final
 
 from ipxbridge.io.interfaces import Ipv4Interface
-from ipxbridge.policy.inspect import Inspector
+from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.wire.directplay import (
     AF_INET_WIRE,
     DP4_ENUM_PORT,

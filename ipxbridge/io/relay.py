@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ipxbridge.io.sockstats import socket_drops
+from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.fairness import FairQueue
 from ipxbridge.policy.flows import FlowKey, FlowLimits, FlowTable
-from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.relay import Copy, Egress, RelayPolicy, SourceMode
 from ipxbridge.wire.dplay8 import is_dp8_port
 

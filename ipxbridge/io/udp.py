@@ -24,7 +24,7 @@ from ipxbridge.io.sockstats import socket_drops
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.obs.logging import RateLimiter
 from ipxbridge.obs.metrics import LatencyHistogram
-from ipxbridge.policy.inspect import Inspector
+from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.switch import Address, IpxSwitch, Outcome
 from ipxbridge.wire.ipx import HEADER_LEN, SOCKET_DPLAY_DISCOVERY, IpxHeader, dosbox_node
 

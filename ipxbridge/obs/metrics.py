@@ -23,8 +23,8 @@ from prometheus_client.registry import Collector
 
 from ipxbridge import __version__
 from ipxbridge.obs.counters import IpxCounters
+from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.flows import FLOW_EVICTION_REASONS, FLOW_REFUSAL_REASONS
-from ipxbridge.policy.inspect import Inspector
 from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
 from ipxbridge.policy.relay import Egress
 from ipxbridge.policy.sessions import SessionTable

@@ -221,7 +221,7 @@ class SwitchSettings:
 FIRST_PROBE_DELAY: Final = 1.0
 
 
-def ipx_build(src_node: bytes, dst_socket: int, src_socket: int, payload: bytes) -> bytes:
+def broadcast_from(src_node: bytes, dst_socket: int, src_socket: int, payload: bytes) -> bytes:
     """A broadcast IPX packet from ``src_node``."""
     return build_packet(
         dst_node=BROADCAST_NODE,
@@ -610,7 +610,7 @@ class IpxSwitch:
         """
         out: list[tuple[bytes, Address]] = []
         for client in self.clients.values():
-            packet = ipx_build(client.server_node, dst_socket, src_socket, payload)
+            packet = broadcast_from(client.server_node, dst_socket, src_socket, payload)
             if client.budget is not None and not client.budget.take(len(packet), now):
                 continue
             out.append((packet, client.addr))

@@ -37,7 +37,7 @@ from uuid import UUID
 
 from ipxbridge import decode
 from ipxbridge.games import builtin_games
-from ipxbridge.policy.inspect import Inspector
+from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.reassembly import REASSEMBLY_REASONS, Reassembler, ReassemblyLimits
 from ipxbridge.policy.relay import (
     LIMITED_BROADCAST,
@@ -253,7 +253,7 @@ def check_reassembly(data: bytes) -> None:
 
 
 def check_inspect(data: bytes) -> None:
-    """Records: transport, source, time step, payload. Rule 1 of inspect.py: never raises."""
+    """Records: transport, source, time step, payload. Rule 1 of dplay_inspect.py: never raises."""
     table = SessionTable(GAMES, expiry=60.0, max_sessions=8)
     inspector = Inspector(table, Reassembler(SMALL))
     r = Records(data)

@@ -12,7 +12,7 @@ from ipxbridge.games import game_table
 from ipxbridge.io.nftables import FASTPATH_DROP_REASONS, KernelFanout, parse_counters
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.obs.metrics import IpxSnapshot, LatencyHistogram, RelaySnapshot, make_registry
-from ipxbridge.policy.inspect import Inspector
+from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.reassembly import Reassembler
 from ipxbridge.policy.sessions import SessionTable
 

@@ -11,7 +11,7 @@ from ipxbridge.errors import StartupError
 from ipxbridge.games import game_table
 from ipxbridge.io.interfaces import select_ipv4
 from ipxbridge.io.probe import DirectPlayProber
-from ipxbridge.policy.inspect import Inspector
+from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.reassembly import Reassembler
 from ipxbridge.policy.sessions import SessionTable, players_text, session_json, status_text
 
