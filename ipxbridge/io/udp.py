@@ -193,7 +193,7 @@ class IpxEndpoint:
             outcome = decision.outcome
             if outcome is Outcome.FORWARDED:
                 counters.forwarded += 1
-                counters.forward_kinds[decision.reason] += 1
+                counters.forward_kinds[decision.detail] += 1
                 packet = decision.packet
                 assert packet is not None  # noqa: S101 - invariant of Outcome.FORWARDED
                 send_many(packet, decision.targets)
@@ -202,10 +202,10 @@ class IpxEndpoint:
             elif outcome is Outcome.CONTROL:
                 counters.control += 1
             else:
-                counters.dropped[decision.reason] += 1
+                counters.dropped[decision.detail] += 1
                 counters.held_unverified += decision.held
                 if debug and self._drop_log.allow(now):
-                    logger.debug("drop %s from %s:%d", decision.reason, addr[0], addr[1])
+                    logger.debug("drop %s from %s:%d", decision.detail, addr[0], addr[1])
             for reply, target in decision.replies:
                 send(reply, target)
             if started and outcome is Outcome.FORWARDED:

@@ -91,7 +91,7 @@ class Outcome(StrEnum):
 
     FORWARDED = "forwarded"  # relayed to one or more ports
     CONTROL = "control"  # handled by the bridge itself (registration, ping, keepalive reply)
-    DROPPED = "dropped"  # discarded; ``Decision.reason`` says why
+    DROPPED = "dropped"  # discarded; ``Decision.detail`` is the drop reason
 
 
 # Closed set of drop reasons the policy can give, besides the codec's WIRE_REASONS.
@@ -120,8 +120,9 @@ class Decision:
 
     Attributes:
         outcome: forwarded, control or dropped.
-        reason: for drops the drop reason; for control the kind of control packet; for
-            forwards ``broadcast``, ``unicast`` or ``flooded`` (unknown unicast, to peers).
+        detail: what kind of that outcome, from a closed set per outcome: the drop reason
+            (``POLICY_DROP_REASONS`` or the codec's), the kind of control packet, or the kind
+            of forward (``broadcast``, ``unicast``, ``flooded``: unknown unicast, to peers).
         packet: the bytes to send to every address in ``targets`` (None when not forwarding).
         targets: where ``packet`` goes.
         replies: packets the bridge itself sends back, each with its address.
@@ -130,7 +131,7 @@ class Decision:
     """
 
     outcome: Outcome
-    reason: str
+    detail: str
     packet: bytes | None = None
     targets: tuple[Address, ...] = ()
     replies: tuple[tuple[bytes, Address], ...] = ()

@@ -322,7 +322,7 @@ def check_switch(data: bytes) -> None:
         decision = switch.handle(packet, src, now)
         assert decision.outcome in Outcome
         if decision.outcome is Outcome.DROPPED:
-            assert decision.reason in DROP_REASONS, decision.reason
+            assert decision.detail in DROP_REASONS, decision.detail
             assert decision.packet is None
         for _reply, to in decision.replies:
             assert to == src
@@ -344,7 +344,7 @@ def check_switch(data: bytes) -> None:
                 assert out.hops == header.hops + 1
             else:
                 assert out.hops == 1
-            if decision.reason == "flooded":  # unknown unicast: never to a DOSBox client
+            if decision.detail == "flooded":  # unknown unicast: never to a DOSBox client
                 assert set(decision.targets) <= set(switch.peers)
         assert len(switch.clients) <= SWITCH_SETTINGS.max_clients
         assert switch.learned_nodes <= SWITCH_SETTINGS.max_learned_nodes

@@ -34,7 +34,7 @@ def verify(sw: IpxSwitch, addr: Address, now: float = 0.0) -> None:
     """Answer the client's probe as DOSBox does: a unicast to the pinger's node (protocols.md
     4.5), which for an unverified client is its nonce (policy/switch.py rule 2)."""
     reply = ipx.build_ping_reply(sw.clients[addr].nonce, node(addr))
-    assert sw.handle(reply, addr, now).reason == "ping_reply"
+    assert sw.handle(reply, addr, now).detail == "ping_reply"
     assert sw.clients[addr].verified
 
 
@@ -65,7 +65,7 @@ def test_registration_reply_is_the_only_thing_a_new_address_gets() -> None:
     register(sw, A)
     d = sw.handle(data(node(A)), A, 0.1)
     assert d.outcome is Outcome.DROPPED  # nobody else yet
-    assert d.reason == "no_destination"
+    assert d.detail == "no_destination"
     # B registers; the packet A sent before is not replayed to B.
     d = sw.handle(ipx.build_registration(), B, 0.2)
     assert len(d.replies) == 1
@@ -76,7 +76,7 @@ def test_unregistered_sender_is_dropped() -> None:
     sw = make()
     register(sw, A)
     d = sw.handle(data(ipx.dosbox_node("10.9.9.9", 1)), B, 0.0)
-    assert (d.outcome, d.reason) == (Outcome.DROPPED, "unregistered")
+    assert (d.outcome, d.detail) == (Outcome.DROPPED, "unregistered")
 
 
 def test_broadcast_goes_to_all_but_ingress_with_hop_incremented() -> None:
@@ -86,7 +86,7 @@ def test_broadcast_goes_to_all_but_ingress_with_hop_incremented() -> None:
     pkt = data(ipx.dosbox_node("172.16.0.5", 5000), hops=2)
     d = sw.handle(pkt, PEER, 1.0)
     assert d.outcome is Outcome.FORWARDED
-    assert d.reason == "broadcast"
+    assert d.detail == "broadcast"
     assert set(d.targets) == {A, B, C}
     assert d.packet is not None
     assert d.packet[4] == 3  # a peer's count is kept and incremented
@@ -101,7 +101,7 @@ def test_dosbox_client_hop_byte_is_taken_as_zero() -> None:
     register(sw, B)
     pkt = data(node(A), hops=0x5A)
     d = sw.handle(pkt, A, 1.0)
-    assert (d.outcome, d.reason) == (Outcome.FORWARDED, "broadcast")
+    assert (d.outcome, d.detail) == (Outcome.FORWARDED, "broadcast")
     assert set(d.targets) == {B, PEER}
     assert d.packet is not None
     assert d.packet[4] == 1  # counted from 0: one trip through this bridge
@@ -120,7 +120,7 @@ def test_ping_pong_of_40_round_trips_between_two_clients() -> None:
     for i in range(80):  # 40 round trips
         pkt = data(node(src), dst=node(dst), payload=i.to_bytes(2, "big"), hops=hops)
         d = sw.handle(pkt, src, 1.0 + 0.01 * i)
-        assert (d.outcome, d.targets) == (Outcome.FORWARDED, (dst,)), (i, d.reason)
+        assert (d.outcome, d.targets) == (Outcome.FORWARDED, (dst,)), (i, d.detail)
         assert d.packet is not None
         hops = d.packet[4]
         src, dst = dst, src
@@ -131,7 +131,7 @@ def test_hop_limit_still_ends_loops_between_bridges() -> None:
     register(sw, A)
     remote = ipx.dosbox_node("172.16.0.5", 5000)
     d = sw.handle(data(remote, hops=15), PEER, 0.0)
-    assert (d.outcome, d.reason) == (Outcome.DROPPED, "hop_limit")
+    assert (d.outcome, d.detail) == (Outcome.DROPPED, "hop_limit")
     d = sw.handle(data(remote, hops=14, payload=b"y"), PEER, 0.0)
     assert d.packet is not None
     assert d.packet[4] == 15
@@ -142,7 +142,7 @@ def test_unicast_goes_to_owner_only() -> None:
     for addr in (A, B, C):
         register(sw, addr)
     d = sw.handle(data(node(A), dst=node(C)), A, 1.0)
-    assert (d.outcome, d.reason, d.targets) == (Outcome.FORWARDED, "unicast", (C,))
+    assert (d.outcome, d.detail, d.targets) == (Outcome.FORWARDED, "unicast", (C,))
 
 
 def test_unknown_unicast_never_reaches_dosbox_clients() -> None:
@@ -152,7 +152,7 @@ def test_unknown_unicast_never_reaches_dosbox_clients() -> None:
     for addr in (A, B, C):
         register(sw, addr)
     d = sw.handle(data(node(A), dst=b"\x01\x02\x03\x04\x05\x06"), A, 1.0)
-    assert (d.outcome, d.reason, d.targets) == (Outcome.DROPPED, "unknown_destination", ())
+    assert (d.outcome, d.detail, d.targets) == (Outcome.DROPPED, "unknown_destination", ())
 
 
 def test_unknown_unicast_goes_to_peers_only_marked_flooded() -> None:
@@ -160,11 +160,11 @@ def test_unknown_unicast_goes_to_peers_only_marked_flooded() -> None:
     for addr in (A, B):
         register(sw, addr)
     d = sw.handle(data(node(A), dst=b"\x01\x02\x03\x04\x05\x06"), A, 1.0)
-    assert (d.outcome, d.reason) == (Outcome.FORWARDED, "flooded")
+    assert (d.outcome, d.detail) == (Outcome.FORWARDED, "flooded")
     assert set(d.targets) == {PEER, PEER2}
     # from a peer: the other peers may own it, the ingress and the clients never get it
     d = sw.handle(data(ipx.dosbox_node("172.16.0.5", 5000), dst=b"\x0a" * 6), PEER, 1.0)
-    assert (d.reason, d.targets) == ("flooded", (PEER2,))
+    assert (d.detail, d.targets) == ("flooded", (PEER2,))
 
 
 def test_spoofed_source_node_is_dropped() -> None:
@@ -172,7 +172,7 @@ def test_spoofed_source_node_is_dropped() -> None:
     register(sw, A)
     register(sw, B)
     d = sw.handle(data(node(B)), A, 1.0)  # A claims to be B
-    assert (d.outcome, d.reason) == (Outcome.DROPPED, "spoofed_source")
+    assert (d.outcome, d.detail) == (Outcome.DROPPED, "spoofed_source")
 
 
 def test_filtered_sockets_are_not_relayed_by_default_and_can_be_enabled() -> None:
@@ -181,7 +181,7 @@ def test_filtered_sockets_are_not_relayed_by_default_and_can_be_enabled() -> Non
     register(sw, B)
     for sock in (0x0451, 0x0452, 0x0453, 0x0455, 0x0551, 0x0553, 0x900F, 0x9010):
         d = sw.handle(data(node(A), sock=sock), A, 1.0)
-        assert (d.outcome, d.reason) == (Outcome.DROPPED, "filtered_socket")
+        assert (d.outcome, d.detail) == (Outcome.DROPPED, "filtered_socket")
     open_sw = make(filtered_sockets=frozenset())
     register(open_sw, A)
     register(open_sw, B)
@@ -205,7 +205,7 @@ def test_lone_client_ping_still_gets_the_bridge_answer() -> None:
     register(sw, A)
     d = sw.handle(ipx.build_ping(node(A)), A, 1.0)
     assert d.outcome is Outcome.DROPPED
-    assert d.reason == "no_destination"
+    assert d.detail == "no_destination"
     assert len(d.replies) == 1
 
 
@@ -222,7 +222,7 @@ def test_keepalive_to_idle_clients_and_reply_consumed() -> None:
     assert sw.tick(5.9) == []  # not again before the interval
     reply = ipx.build_ping_reply(nonce, node(A))  # DOSBox answers the pinger's node
     d = sw.handle(reply, A, 6.5)
-    assert (d.outcome, d.reason) == (Outcome.CONTROL, "ping_reply")
+    assert (d.outcome, d.detail) == (Outcome.CONTROL, "ping_reply")
     assert sw.clients[A].verified
     assert sw.tick(11.0) == []  # a verified client is pinged after 5 s of silence
     assert sw.tick(11.5) == [(ipx.build_ping(SERVER_NODE), A)]
@@ -259,7 +259,7 @@ def test_silent_dplay_host_answers_an_enumeration_60_s_after_registering() -> No
     assert (d.outcome, d.targets, d.held) == (Outcome.FORWARDED, (host,), 0)
     reply = data(node(host), dst=node(player), sock=0x4002, payload=b"play\x01\x00")
     d = sw.handle(reply, host, 60.6)
-    assert (d.outcome, d.reason, d.targets) == (Outcome.FORWARDED, "unicast", (player,))
+    assert (d.outcome, d.detail, d.targets) == (Outcome.FORWARDED, "unicast", (player,))
     assert sw.clients[host].verified is False  # data proves nothing: it may be spoofed
 
 
@@ -293,7 +293,7 @@ def test_unverified_client_is_sent_only_its_budget_and_the_rest_is_counted() -> 
     verify(sw2, A)
     big = [data(node(A), payload=bytes([i]) * 1394) for i in range(3)]
     outcomes = [sw2.handle(p, A, 0.0) for p in big]
-    assert [(d.outcome, d.reason, d.held) for d in outcomes] == [
+    assert [(d.outcome, d.detail, d.held) for d in outcomes] == [
         (Outcome.FORWARDED, "broadcast", 0),
         (Outcome.FORWARDED, "broadcast", 0),
         (Outcome.DROPPED, "unverified_budget", 1),
@@ -317,7 +317,7 @@ def test_shutdown_disconnects_client() -> None:
     sw = make()
     register(sw, A)
     d = sw.handle(ipx.build_shutdown(node(A)), A, 1.0)
-    assert (d.outcome, d.reason) == (Outcome.CONTROL, "shutdown")
+    assert (d.outcome, d.detail) == (Outcome.CONTROL, "shutdown")
     assert A not in sw.clients
 
 
@@ -328,7 +328,7 @@ def test_max_clients_is_enforced() -> None:
     verify(sw, A)
     verify(sw, B)
     d = sw.handle(ipx.build_registration(), C, 0.0)
-    assert (d.outcome, d.reason, d.replies) == (Outcome.DROPPED, "clients_full", ())
+    assert (d.outcome, d.detail, d.replies) == (Outcome.DROPPED, "clients_full", ())
 
 
 def test_peer_needs_no_registration_and_nodes_are_learned() -> None:
@@ -339,7 +339,7 @@ def test_peer_needs_no_registration_and_nodes_are_learned() -> None:
     assert (d.outcome, d.targets) == (Outcome.FORWARDED, (A,))
     # the unicast back goes to the peer only
     d = sw.handle(data(node(A), dst=remote), A, 1.1)
-    assert (d.reason, d.targets) == ("unicast", (PEER,))
+    assert (d.detail, d.targets) == ("unicast", (PEER,))
 
 
 def test_rfc1234_node_of_a_peer_routes_to_it() -> None:
@@ -357,13 +357,13 @@ def test_learned_node_expires() -> None:
     sw.tick(301.0)
     sw.handle(data(node(A)), A, 301.0)  # keep A verified and alive
     d = sw.handle(data(node(A), dst=remote, payload=b"x"), A, 302.0)
-    assert (d.reason, set(d.targets)) == ("flooded", {PEER, PEER2})
+    assert (d.detail, set(d.targets)) == ("flooded", {PEER, PEER2})
 
 
 def test_registration_from_a_peer_is_refused() -> None:
     sw = make(peers=(PEER,))
     d = sw.handle(ipx.build_registration(), PEER, 0.0)
-    assert (d.outcome, d.reason) == (Outcome.DROPPED, "unexpected_registration")
+    assert (d.outcome, d.detail) == (Outcome.DROPPED, "unexpected_registration")
 
 
 def test_own_client_node_coming_back_from_a_peer_is_a_loop() -> None:
@@ -371,7 +371,7 @@ def test_own_client_node_coming_back_from_a_peer_is_a_loop() -> None:
     register(sw, A)
     register(sw, B)
     d = sw.handle(data(node(A), hops=2), PEER, 1.0)
-    assert (d.outcome, d.reason) == (Outcome.DROPPED, "loop")
+    assert (d.outcome, d.detail) == (Outcome.DROPPED, "loop")
 
 
 def test_duplicate_via_other_port_dropped_same_port_repeats_pass() -> None:
@@ -382,7 +382,7 @@ def test_duplicate_via_other_port_dropped_same_port_repeats_pass() -> None:
     assert sw.handle(first, PEER, 0.0).outcome is Outcome.FORWARDED
     # the same packet via the other bridge, one hop more: a loop copy
     d = sw.handle(data(remote, hops=2), PEER2, 0.01)
-    assert (d.outcome, d.reason) == (Outcome.DROPPED, "duplicate")
+    assert (d.outcome, d.detail) == (Outcome.DROPPED, "duplicate")
     # identical legitimate retries 0.5 s apart through the same port all pass
     for i in range(1, 6):
         assert sw.handle(first, PEER, 0.5 * i).outcome is Outcome.FORWARDED
@@ -412,8 +412,8 @@ def test_coalesced_datagram_passes_unchanged() -> None:
 def test_malformed_is_dropped_with_codec_reason() -> None:
     sw = make()
     register(sw, A)
-    assert sw.handle(b"\xff\xff\x00", A, 0.0).reason == "truncated"
-    assert sw.handle(b"\x00" * 30, B, 0.0).reason == "bad_checksum"
+    assert sw.handle(b"\xff\xff\x00", A, 0.0).detail == "truncated"
+    assert sw.handle(b"\x00" * 30, B, 0.0).detail == "bad_checksum"
 
 
 def test_unicast_to_a_port_on_the_ingress_is_dropped() -> None:
@@ -422,7 +422,7 @@ def test_unicast_to_a_port_on_the_ingress_is_dropped() -> None:
     remote = ipx.dosbox_node("172.16.0.5", 5000)
     sw.handle(data(remote), PEER, 0.0)
     d = sw.handle(data(ipx.dosbox_node("172.16.0.6", 1), dst=remote), PEER, 0.1)
-    assert (d.outcome, d.reason) == (Outcome.DROPPED, "destination_on_ingress")
+    assert (d.outcome, d.detail) == (Outcome.DROPPED, "destination_on_ingress")
 
 
 def test_client_known_before_rejoins_without_registration() -> None:
@@ -436,13 +436,13 @@ def test_client_known_before_rejoins_without_registration() -> None:
     assert "rejoined" in [e.kind for e in sw.pop_events()]
     # any other node from an unknown address is still refused
     d = sw.handle(data(b"\x01" * 6), C, 1.0)
-    assert (d.outcome, d.reason) == (Outcome.DROPPED, "unregistered")
+    assert (d.outcome, d.detail) == (Outcome.DROPPED, "unregistered")
 
 
 def test_rejoin_can_be_disabled() -> None:
     sw = make(rejoin=False)
     register(sw, B)
-    assert sw.handle(data(node(A)), A, 1.0).reason == "unregistered"
+    assert sw.handle(data(node(A)), A, 1.0).detail == "unregistered"
 
 
 def test_broadcast_targets_follow_membership_changes() -> None:
@@ -462,7 +462,7 @@ def test_clients_allow_keeps_strangers_out_but_not_peers() -> None:
     outsider: Address = ("10.0.0.13", 40003)  # C: outside both networks
     for packet in (ipx.build_registration(), data(node(outsider))):  # register, then rejoin
         d = sw.handle(packet, outsider, 1.0)
-        assert (d.outcome, d.reason, d.replies) == (Outcome.DROPPED, "not_allowed", ())
+        assert (d.outcome, d.detail, d.replies) == (Outcome.DROPPED, "not_allowed", ())
     assert list(sw.clients) == [B]
     # RFC 1234 peers are configured, not registered: the list does not apply to them.
     d = sw.handle(data(ipx.rfc1234_node("172.16.0.9")), PEER, 2.0)
@@ -481,7 +481,7 @@ def test_narrowing_clients_allow_on_reload_drops_clients_outside_it() -> None:
     assert list(sw.clients) == [A]
     assert [(e.kind, e.addr) for e in sw.pop_events()] == [("not_allowed", B)]
     d = sw.handle(data(node(A)), A, 1.0)  # B no longer receives A's broadcasts
-    assert (d.outcome, d.reason) == (Outcome.DROPPED, "no_destination")
+    assert (d.outcome, d.detail) == (Outcome.DROPPED, "no_destination")
 
 
 # --- issue 11 item 1: spoofed DOSBox sources (reliability.md R7) ------------------------------
@@ -523,7 +523,7 @@ def test_spoofed_registrations_cannot_lock_out_real_players() -> None:
     for i in range(1000):  # 250 spoofed addresses x 4 ports, none answers a probe
         spoofed = (f"198.51.{i // 250}.{i % 250 + 1}", 1024 + i)
         d = sw.handle(ipx.build_registration(), spoofed, i / 1000)
-        refused += d.reason == "unverified_full"
+        refused += d.detail == "unverified_full"
         sw.tick(i / 1000)
     assert len(sw.clients) == 3 + 16  # the unverified table is bounded on its own
     assert refused == 1000 - 16
@@ -541,7 +541,7 @@ def test_spoofed_registrations_cannot_lock_out_real_players() -> None:
 def test_one_address_cannot_fill_the_unverified_table() -> None:
     sw = make(max_unverified=64, max_unverified_per_ip=4)
     reasons = [
-        sw.handle(ipx.build_registration(), ("10.0.0.66", 2000 + i), 0.0).reason for i in range(10)
+        sw.handle(ipx.build_registration(), ("10.0.0.66", 2000 + i), 0.0).detail for i in range(10)
     ]
     assert reasons == ["registration"] * 4 + ["unverified_full"] * 6
     assert register(sw, A) == node(A)  # another address is not affected
@@ -550,7 +550,7 @@ def test_one_address_cannot_fill_the_unverified_table() -> None:
 def test_registration_from_udp_port_0_is_refused() -> None:
     sw = make()
     d = sw.handle(ipx.build_registration(), ("10.0.0.11", 0), 0.0)
-    assert (d.outcome, d.reason, d.replies) == (Outcome.DROPPED, "source_port_zero", ())
+    assert (d.outcome, d.detail, d.replies) == (Outcome.DROPPED, "source_port_zero", ())
 
 
 def test_an_unverified_client_that_plays_earns_what_it_sends() -> None:
