@@ -1,19 +1,29 @@
-"""``ipxbridge interfaces``: every interface, and what the broadcast relay would do with it.
+"""``ipxbridge interfaces``: every interface, and the plan the broadcast relay executes.
 
-The command reads the same topology the relay uses (``io/netlink.py``; the netifaces view
-if netlink fails), marks the PRIMARY interface (the lowest-metric IPv4 default route: the
-only interface Windows sends a game's 255.255.255.255 enumeration out of) and states per
-interface what a relayed broadcast would become:
+One plan, not two (issue 12 item 3). The command gathers exactly the inputs ``ipxbridge run``
+hands the relay and lets the relay's own planner turn them into egresses:
 
-- ``lan``: one subnet-directed broadcast per address, computed from the prefix (never the
-  kernel's 0.0.0.0 broadcast, reliability.md item 8), sent on a socket bound to the device;
-- ``p2p``: one unicast copy per known peer (WireGuard AllowedIPs /32 entries, or the
-  ``peer`` of a point-to-point address). WireGuard drops 255.255.255.255 without an error
-  (reliability.md item 7), so with no known peer nothing would be sent;
-- otherwise why it is skipped (loopback, not selected, down, no IPv4 address).
+1. **Selections** come from the configuration as ``run`` loads it (``--config FILE``, the
+   ``IPXBRIDGE_*`` environment, ``--iface`` replacing ``relay.interfaces`` and
+   ``--relay-port`` replacing ``relay.ports``, as on ``run``): one
+   ``policy.relay.Selection(name, role, peers)`` per ``relay.interfaces`` entry. With none the
+   relay is off; the command then shows what ``--iface '*'`` (every interface) would do, and
+   says so.
+2. **Topology** is read once the way the relay's ``TopologyWatcher`` reads it
+   (``io/netlink.read_topology``, the netifaces view if netlink fails).
+3. **WireGuard peers** are read for the names ``policy.relay.wireguard_reads`` lists, with
+   ``io/wireguard.read_wireguard_peers``, as the bridge does.
+4. ``policy.relay.build_plan`` turns them into ``Egress`` tuples; everything printed about
+   what the relay sends comes from those (a lan interface gets the subnet broadcast of its
+   *first* address only; a p2p one a unicast copy per peer), plus why each other interface is
+   not used (loopback, not selected, down, no IPv4 address) and which selections match no
+   interface.
 
-Exit codes (house style rule 12): 0 ok, 1 the interfaces could not be read, 2 usage error
-(for example a malformed ``--iface`` CIDR).
+It also marks the PRIMARY interface (the lowest-metric IPv4 default route: the only
+interface Windows sends a game's 255.255.255.255 enumeration out of).
+
+Exit codes (house style rule 12): 0 ok, 1 the interfaces could not be read, 2 usage or
+configuration error (for example a malformed CIDR in ``--iface``).
 
 ``cli.py`` wires it in with :func:`add_parser` and :func:`run`; :func:`main` runs it alone
 (``python -m ipxbridge.interfaces_cmd``), which the namespace tests use.
@@ -21,31 +31,66 @@ Exit codes (house style rule 12): 0 ok, 1 the interfaces could not be read, 2 us
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
-from ipxbridge.config import check_interface_pattern
-from ipxbridge.policy.relay import DEFAULT_RELAY_PORTS
+from ipxbridge.config import Config, ConfigError, check_interface_pattern, load_config
+from ipxbridge.policy.relay import (
+    LIMITED_BROADCAST,
+    Egress,
+    Selection,
+    build_plan,
+    wireguard_reads,
+)
 from ipxbridge.policy.topology import Interface, Topology, select
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
+EVERY_INTERFACE: Final = "*"  # the preview selection when the relay is off
 NO_PEERS: Final = "p2p: no peers known — nothing would be sent; give peers in the config"
+FEW_EGRESSES: Final = "the relay needs at least two usable interfaces"
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
-    """What the relay would do with one interface."""
+class InterfaceReport:
+    """One interface: whether the relay uses it, and what it does there or why not."""
 
     interface: Interface
     primary: bool
-    selected: bool
+    selected: bool  # a selection matches it
+    role: str  # the role the relay gives it (the selection's, else from the flags)
+    egress: Egress | None  # its entry in the relay's plan; None when not used
     action: str
-    peers: tuple[str, ...]
+    notes: tuple[str, ...] = ()  # further lines about the action
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """The relay's plan for one topology, and every interface's part in it."""
+
+    selections: tuple[Selection, ...]
+    configured: bool  # False: the relay is off and ``selections`` is the "*" preview
+    matches: tuple[tuple[str, ...], ...]  # per selection, the interface names it matches
+    egresses: tuple[Egress, ...]  # build_plan's, in its order
+    own_addresses: frozenset[str]
+    subnet_broadcasts: Mapping[int, frozenset[str]]
+    interfaces: tuple[InterfaceReport, ...]  # topology order
+
+    @property
+    def unmatched(self) -> tuple[str, ...]:
+        """Selection patterns that match no interface."""
+        return tuple(s.pattern for s, m in zip(self.selections, self.matches, strict=True) if not m)
+
+    @property
+    def selected_down(self) -> tuple[str, ...]:
+        """Selected interfaces the plan leaves out (down or without IPv4 address)."""
+        return tuple(i.interface.name for i in self.interfaces if i.selected and not i.egress)
 
 
 def _port(text: str) -> int:
@@ -62,14 +107,21 @@ def _pattern(text: str) -> str:
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="JSON list, one object per interface")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="the bridge's YAML configuration: its relay interfaces, roles, peers and ports",
+    )
+    parser.add_argument("--json", action="store_true", help="JSON: the plan and every interface")
     parser.add_argument(
         "--iface",
         type=_pattern,
         action="append",
         default=[],
         metavar="PATTERN",
-        help="interface the relay would use: name, glob (wg*) or CIDR; repeatable (default all)",
+        help="relay interface as on `run`: name, glob (wg*) or CIDR; repeatable; replaces "
+        "the config's relay.interfaces (with neither: what --iface '*' would do)",
     )
     parser.add_argument(
         "--relay-port",
@@ -77,7 +129,8 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         type=_port,
         default=[],
         metavar="PORT",
-        help="UDP port whose broadcasts are relayed; repeatable (default 47624 and 6073)",
+        help="UDP port whose broadcasts are relayed, as on `run`; repeatable (default the "
+        "config's relay.ports: 47624 and 6073)",
     )
 
 
@@ -86,70 +139,142 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     _configure(
         sub.add_parser(
             "interfaces",
-            help="list interfaces and what the broadcast relay would do on each",
+            help="list interfaces and the plan the broadcast relay executes on them",
         )
     )
 
 
-def _peer_sources(
-    iface: Interface, wireguard_peers: Callable[[str], list[str]]
-) -> tuple[tuple[str, ...], str]:
-    if iface.kind == "wireguard":
-        return tuple(wireguard_peers(iface.name)), "from WireGuard AllowedIPs"
-    peers = sorted({a.peer for a in iface.addresses if a.peer is not None})
-    return tuple(peers), "from the point-to-point peer address"
+def _selection_of(iface: Interface, selections: Sequence[Selection]) -> Selection | None:
+    """The selection that decides ``iface``'s role and peers: the first that matches it.
+
+    The rule of ``policy.relay.build_plan`` (its private ``_chosen``), kept here until the
+    relay module offers it: this only labels where a role or peers came from, the plan
+    itself is build_plan's.
+    """
+    alone = Topology((iface,))
+    return next((s for s in selections if select(alone, [s.pattern])), None)
 
 
-def plan(
+def _down_reason(iface: Interface) -> str:
+    if not iface.flags:
+        return "down: skipped"  # the netifaces view knows no flags
+    if "UP" not in iface.flags:
+        return "down: skipped (administratively down)"
+    return f"down: skipped (no carrier, operstate {iface.operstate or 'unknown'})"
+
+
+def _lan_action(iface: Interface, egress: Egress) -> tuple[str, tuple[str, ...]]:
+    first = iface.addresses[0]
+    if egress.broadcast:
+        action = f"lan: re-send as subnet broadcast to {egress.broadcast} (bound to device)"
+    else:
+        action = (
+            f"lan: the first address {first.address}/{first.prefixlen} has no subnet broadcast"
+            " (/31, /32) — nothing would be sent"
+        )
+    others = [a for a in iface.addresses[1:] if a.broadcast and a.broadcast != egress.broadcast]
+    notes = tuple(
+        f"not to {a.broadcast} ({a.address}/{a.prefixlen}): the relay uses the first address"
+        f" only, {egress.address}"
+        for a in others
+    )
+    return action, notes
+
+
+def _p2p_action(
+    iface: Interface, egress: Egress, sel: Selection | None, wg: Mapping[str, Sequence[str]]
+) -> str:
+    if not egress.peers:
+        return NO_PEERS
+    if sel is not None and sel.peers:
+        source = "from the config"
+    elif iface.kind == "wireguard" and wg.get(iface.name):
+        source = "from WireGuard AllowedIPs"
+    else:
+        source = "from the point-to-point peer address"
+    return f"p2p: unicast copy to each peer: {', '.join(egress.peers)} ({source})"
+
+
+def _arrivals(egress: Egress, bcasts: Mapping[int, frozenset[str]]) -> str:
+    """What ``RelayPolicy.decide`` takes for a broadcast arriving on ``egress`` (rule 3)."""
+    targets = [LIMITED_BROADCAST, *sorted(bcasts.get(egress.index, ()))]
+    if egress.role == "p2p":
+        targets.append(f"{egress.address} (this box: the far side's stand-in for a broadcast)")
+    return "relays what arrives for " + ", ".join(dict.fromkeys(targets))
+
+
+def describe(
     topology: Topology,
-    patterns: Sequence[str],
-    wireguard_peers: Callable[[str], list[str]],
-) -> list[Plan]:
-    """The per-interface plan, in topology order.
+    selections: Sequence[Selection],
+    wireguard_peers: Mapping[str, Sequence[str]],
+    *,
+    configured: bool = True,
+) -> Report:
+    """The relay's plan (``policy.relay.build_plan``) and every interface's part in it.
+
+    Args:
+        topology: the interfaces, read as the relay reads them.
+        selections: the relay's selections (:func:`relay_selections`).
+        wireguard_peers: peers per WireGuard interface, read for the names
+            ``policy.relay.wireguard_reads`` lists (as the bridge hands them to build_plan).
+        configured: False when ``selections`` is the ``"*"`` preview of a relay that is off.
 
     Raises:
         ValueError: a pattern with "/" that is not an IPv4 CIDR.
     """
-    chosen = {i.index for i in select(topology, patterns)}
+    chosen = tuple(selections)
+    matches = tuple(tuple(i.name for i in select(topology, [s.pattern])) for s in chosen)
+    egresses, own, bcasts = build_plan(topology, chosen, wireguard_peers)
+    by_index = {e.index: e for e in egresses}
     primary = topology.primary
-    out: list[Plan] = []
+    rows: list[InterfaceReport] = []
     for iface in topology.interfaces:
-        selected = iface.index in chosen
-        peers: tuple[str, ...] = ()
+        sel = None if iface.is_loopback else _selection_of(iface, chosen)
+        role = sel.role if sel is not None and sel.role != "auto" else iface.role
+        egress = by_index.get(iface.index)
+        notes: tuple[str, ...] = ()
         if iface.is_loopback:
             action = "loopback: never used"
-        elif not selected:
+        elif sel is None:
             action = "not selected: skipped"
         elif not iface.up:
-            action = "down: skipped"
-        elif not iface.addresses:
+            action = _down_reason(iface)
+        elif egress is None:
             action = "no IPv4 address: skipped"
-        elif iface.role == "lan":
-            targets = [a.broadcast for a in iface.addresses if a.broadcast]
-            if targets:
-                action = (
-                    f"lan: re-send as subnet broadcast to {', '.join(targets)} (bound to device)"
-                )
-            else:
-                action = "lan: no subnet broadcast (/31 or /32 only) — nothing would be sent"
+        elif egress.role == "lan":
+            action, notes = _lan_action(iface, egress)
         else:
-            peers, source = _peer_sources(iface, wireguard_peers)
-            if peers:
-                action = f"p2p: unicast copy to each peer: {', '.join(peers)} ({source})"
-            else:
-                action = NO_PEERS
+            action = _p2p_action(iface, egress, sel, wireguard_peers)
+        if egress is not None:
+            notes = (*notes, _arrivals(egress, bcasts))
         is_primary = primary is not None and primary.index == iface.index
-        out.append(Plan(iface, is_primary, selected, action, peers))
-    return out
+        rows.append(
+            InterfaceReport(iface, is_primary, sel is not None, role, egress, action, notes)
+        )
+    return Report(chosen, configured, matches, egresses, own, bcasts, tuple(rows))
 
 
-def _as_json(item: Plan) -> dict[str, Any]:
+def relay_selections(config: Config) -> tuple[tuple[Selection, ...], bool]:
+    """The selections ``ipxbridge run`` gives the relay, and whether there are any.
+
+    The bridge builds ``Selection(name, role, peers)`` per ``relay.interfaces`` entry
+    (``app.py``). With none the relay is off; the command then shows the plan of a single
+    ``"*"`` selection (every interface), with False.
+    """
+    selections = tuple(Selection(i.name, i.role, i.peers) for i in config.relay.interfaces)
+    if selections:
+        return selections, True
+    return (Selection(EVERY_INTERFACE),), False
+
+
+def _interface_json(item: InterfaceReport) -> dict[str, Any]:
     iface = item.interface
     return {
         "name": iface.name,
         "index": iface.index,
         "kind": iface.kind,
         "up": iface.up,
+        "operstate": iface.operstate,
         "flags": list(iface.flags),
         "mtu": iface.mtu,
         "addresses": [
@@ -163,17 +288,60 @@ def _as_json(item: Plan) -> dict[str, Any]:
         ],
         "default_route_metric": iface.default_route_metric,
         "primary": item.primary,
-        "role": iface.role,
+        "role": item.role,
         "selected": item.selected,
+        "used": item.egress is not None,
         "action": item.action,
-        "peers": list(item.peers),
+        "notes": list(item.notes),
+        "peers": list(item.egress.peers) if item.egress is not None else [],
     }
 
 
-def render_text(items: Sequence[Plan], ports: Sequence[int], *, filtered: bool) -> str:
-    """The human-readable listing."""
+def egress_json(egress: Egress) -> dict[str, Any]:
+    """One ``Egress`` of the plan as JSON: every field, tuples as lists."""
+    return {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in dataclasses.asdict(egress).items()
+    }
+
+
+def render_json(report: Report, ports: Sequence[int], source: str) -> str:
+    """The ``--json`` document: the plan, the selections and every interface."""
+    primary = next((i.interface.name for i in report.interfaces if i.primary), None)
+    doc = {
+        "ports": list(ports),
+        "configured": report.configured,
+        "source": source,
+        "selections": [
+            {"pattern": s.pattern, "role": s.role, "peers": list(s.peers), "matches": list(m)}
+            for s, m in zip(report.selections, report.matches, strict=True)
+        ],
+        "unmatched": list(report.unmatched),
+        "selected_down": list(report.selected_down),
+        "primary": primary,
+        "egresses": [egress_json(e) for e in report.egresses],
+        "own_addresses": sorted(report.own_addresses),
+        "interfaces": [_interface_json(i) for i in report.interfaces],
+    }
+    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+
+
+def _header(report: Report, ports: Sequence[int], source: str) -> list[str]:
     lines = [f"relayed UDP ports: {', '.join(str(p) for p in ports)}"]
-    primary = next((i.interface for i in items if i.primary), None)
+    if not report.configured:
+        lines.append(
+            f"relay interfaces: none ({source}), so the relay is off; "
+            f"the plan below is what --iface '{EVERY_INTERFACE}' would do"
+        )
+    else:
+        shown = []
+        for sel in report.selections:
+            extra = [sel.role] if sel.role != "auto" else []
+            extra += [f"peers {', '.join(sel.peers)}"] if sel.peers else []
+            shown.append(f"{sel.pattern} ({'; '.join(extra)})" if extra else sel.pattern)
+        lines.append(f"relay interfaces ({source}): {', '.join(shown)}")
+    lines.extend(f"  {p!r} matches no interface" for p in report.unmatched)
+    primary = next((i.interface for i in report.interfaces if i.primary), None)
     if primary is not None:
         lines.append(
             f"primary: {primary.name} (default route metric {primary.default_route_metric}); "
@@ -181,22 +349,31 @@ def render_text(items: Sequence[Plan], ports: Sequence[int], *, filtered: bool) 
         )
     else:
         lines.append("primary: none (no IPv4 default route)")
-    for item in items:
+    return lines
+
+
+def render_text(report: Report, ports: Sequence[int], source: str) -> str:
+    """The human-readable listing."""
+    lines = _header(report, ports, source)
+    for item in report.interfaces:
         iface = item.interface
         state = "up" if iface.up else "down"
         if iface.operstate:
             state += f" (operstate {iface.operstate})"
+        role = item.role
+        if not iface.is_loopback and role != iface.role:
+            role += f" (set in the config; flags say {iface.role})"
         metric = iface.default_route_metric
         marks = [
             f"{iface.index}: {iface.name}",
-            iface.kind if iface.is_loopback else f"{iface.kind}  {iface.role}",
+            iface.kind if iface.is_loopback else f"{iface.kind}  {role}",
             state,
             f"mtu {iface.mtu}",
             "no default route" if metric is None else f"default route metric {metric}",
         ]
         if item.primary:
             marks.append("PRIMARY")
-        if filtered:
+        if report.configured and not iface.is_loopback:
             marks.append("selected" if item.selected else "not selected")
         lines.append("  ".join(marks))
         lines.append(f"    flags: {','.join(iface.flags) or '(unknown)'}")
@@ -208,45 +385,79 @@ def render_text(items: Sequence[Plan], ports: Sequence[int], *, filtered: bool) 
                 else f"{a.address}/{a.prefixlen}"
             )
             brd = f"brd {a.broadcast}" if a.broadcast else "no broadcast"
-            if a.broadcast and iface.role == "p2p" and not iface.is_loopback:
+            if a.broadcast and item.role == "p2p" and not iface.is_loopback:
                 brd += " (unused: p2p)"
             lines.append(f"    inet {where} {brd}")
         lines.append(f"    -> {item.action}")
+        lines.extend(f"       {note}" for note in item.notes)
+    count = len(report.egresses)
+    used = ", ".join(e.name for e in report.egresses)
+    lines.append(f"plan: {used} ({count} interfaces)" if count > 1 else f"plan: {used or 'none'}")
+    if count < 2:
+        lines.append(f"  {FEW_EGRESSES}; have {count}")
     return "\n".join(lines) + "\n"
 
 
-def run(args: argparse.Namespace) -> int:
-    """Body of ``ipxbridge interfaces`` (the namespace comes from :func:`add_parser`)."""
+def _read_topology() -> Topology | None:
+    """Read the topology once, as ``TopologyWatcher.start`` does; None if impossible."""
     # Imported here so `ipxbridge --help` does not load pyroute2 (as cli.py does for `run`).
     from ipxbridge.io.netlink import read_topology, read_topology_fallback  # noqa: PLC0415
-    from ipxbridge.io.wireguard import wireguard_peers  # noqa: PLC0415
 
-    ports = list(dict.fromkeys(args.relay_port)) or list(DEFAULT_RELAY_PORTS)
     try:
-        topology = asyncio.run(read_topology())
+        return asyncio.run(read_topology())
     except Exception as exc:  # noqa: BLE001 - pyroute2 raises more than OSError
         print(
             f"ipxbridge: netlink unavailable ({exc!r}); showing the netifaces view "
             "(no kinds, link flags, MTU or route metrics)",
             file=sys.stderr,
         )
-        try:
-            topology = read_topology_fallback()
-        except (OSError, ValueError) as exc2:
-            print(f"ipxbridge: cannot read interfaces: {exc2}", file=sys.stderr)
-            return EXIT_FAILURE
     try:
-        items = plan(topology, args.iface, wireguard_peers)
-    except ValueError as exc:
-        print(f"ipxbridge: --iface: {exc}", file=sys.stderr)
+        return read_topology_fallback()
+    except (OSError, ValueError) as exc:
+        print(f"ipxbridge: cannot read interfaces: {exc}", file=sys.stderr)
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Body of ``ipxbridge interfaces`` (the namespace comes from :func:`add_parser`)."""
+    from ipxbridge.io.wireguard import read_wireguard_peers  # noqa: PLC0415 - see above
+
+    flags: dict[str, Any] = {}
+    if args.iface:  # as `run --iface` (cli._flags): replaces relay.interfaces
+        flags.setdefault("relay", {})["interfaces"] = [{"name": n} for n in args.iface]
+    if args.relay_port:
+        flags.setdefault("relay", {})["ports"] = list(dict.fromkeys(args.relay_port))
+    try:
+        config = load_config(args.config, flags=flags)
+    except ConfigError as exc:
+        for line in exc.errors:
+            print(f"ipxbridge: {line}", file=sys.stderr)
         return EXIT_USAGE
-    for pattern in args.iface:
-        if not select(topology, [pattern]):
-            print(f"ipxbridge: --iface {pattern!r} matches no interface", file=sys.stderr)
-    if args.json:
-        print(json.dumps([_as_json(i) for i in items], indent=1, ensure_ascii=False))
+    selections, configured = relay_selections(config)
+    if args.iface:
+        source = "from --iface"
+    elif args.config is not None:
+        source = f"from {args.config}"
+    elif configured:
+        source = "from the IPXBRIDGE_* environment"
     else:
-        sys.stdout.write(render_text(items, ports, filtered=bool(args.iface)))
+        source = "no --config, --iface or IPXBRIDGE_RELAY__INTERFACES"
+    topology = _read_topology()
+    if topology is None:
+        return EXIT_FAILURE
+    try:
+        # The bridge's order: the topology, then the peers of the names the plan needs.
+        names = wireguard_reads(topology, selections)
+        peers = asyncio.run(read_wireguard_peers(names)) if names else {}
+        report = describe(topology, selections, peers, configured=configured)
+    except ValueError as exc:
+        print(f"ipxbridge: relay interfaces: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    ports = config.relay.ports
+    if args.json:
+        sys.stdout.write(render_json(report, ports, source))
+    else:
+        sys.stdout.write(render_text(report, ports, source))
     return EXIT_OK
 
 
@@ -254,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``interfaces`` on its own (``python -m ipxbridge.interfaces_cmd [--json] ...``)."""
     parser = argparse.ArgumentParser(
         prog="ipxbridge interfaces",
-        description="List interfaces and what the broadcast relay would do on each.",
+        description="List interfaces and the plan the broadcast relay executes on them.",
     )
     _configure(parser)
     return run(parser.parse_args(argv))

@@ -27,7 +27,7 @@ from pyroute2.netlink.rtnl import RTM_NEWADDR
 from ipxbridge.io import netlink
 from ipxbridge.policy.topology import Interface, InterfaceAddress, Topology, build_interface
 from tests.integration.conftest import require
-from tests.integration.harness import ROOT, Netns, sh
+from tests.integration.harness import ROOT, BridgeProcess, Netns, sh
 from tests.integration.topo import WireGuardGo, start_watcher
 
 
@@ -106,7 +106,14 @@ def box(net: Netns, tmp_path: Path, wg_name: str) -> Iterator[str]:
 def test_interfaces_json(net: Netns, box: str, wg_name: str) -> None:
     res = interfaces_cmd(net, box, "--json")
     assert res.returncode == 0, res.stderr
-    found = by_name(json.loads(res.stdout))
+    doc = json.loads(res.stdout)
+    # no --iface, no config: the relay is off, and the plan shown is --iface '*''s
+    assert doc["configured"] is False
+    assert doc["selections"] == [
+        {"pattern": "*", "role": "auto", "peers": [], "matches": ["lan0", "br0", "tun0", wg_name]}
+    ]
+    assert doc["ports"] == [47624, 6073]
+    found = by_name(doc["interfaces"])
     assert set(found) == {"lo", "lan0", "br0", "tun0", wg_name}
     assert {n: i["kind"] for n, i in found.items()} == {
         "lo": "loopback",
@@ -142,7 +149,8 @@ def test_interfaces_json(net: Netns, box: str, wg_name: str) -> None:
     assert not {"BROADCAST", "RUNNING", "LOWER_UP"} & set(tun["flags"])
     assert tun["up"] is False
     assert tun["role"] == "p2p"
-    assert tun["action"] == "down: skipped"
+    assert tun["action"] == "down: skipped (no carrier, operstate DOWN)"
+    assert tun["used"] is False
 
     wg = found[wg_name]
     assert wg["mtu"] == 1420
@@ -157,13 +165,15 @@ def test_interfaces_json(net: Netns, box: str, wg_name: str) -> None:
     assert found["lo"]["action"] == "loopback: never used"
     assert found["lo"]["selected"] is False
     assert all(i["selected"] for n, i in found.items() if n != "lo")
+    assert [e["name"] for e in doc["egresses"]] == ["lan0", "br0", wg_name]
+    assert doc["selected_down"] == ["tun0"]
 
 
 @pytest.mark.netns
 def test_interfaces_selection_and_text(net: Netns, box: str, wg_name: str) -> None:
     res = interfaces_cmd(net, box, "--json", "--iface", "ixwg*", "--iface", "10.61.1.0/24")
     assert res.returncode == 0, res.stderr
-    found = by_name(json.loads(res.stdout))
+    found = by_name(json.loads(res.stdout)["interfaces"])
     assert {n for n, i in found.items() if i["selected"]} == {"lan0", wg_name}
     assert found["br0"]["action"] == "not selected: skipped"
     assert found["br0"]["primary"] is True  # still the primary, just not relayed
@@ -178,10 +188,151 @@ def test_interfaces_selection_and_text(net: Netns, box: str, wg_name: str) -> No
     assert br_line.endswith("  selected")
     assert "inet 10.61.3.1 peer 10.61.3.2/32 no broadcast" in text
     assert "inet 10.61.1.1/24 brd 10.61.1.255" in text
+    assert "relay interfaces (from --iface): br0\n" in text
+    assert text.endswith("plan: br0\n  the relay needs at least two usable interfaces; have 1\n")
 
     bad = interfaces_cmd(net, box, "--iface", "10.61.0.0/99")
     assert bad.returncode == 2
     assert "CIDR" in bad.stderr
+
+
+def api_interfaces(net: Netns, ns: str) -> list[dict[str, Any]]:
+    code = (
+        "import sys, urllib.request as u; sys.stdout.write(u.urlopen("
+        "'http://127.0.0.1:9213/api/interfaces', timeout=5).read().decode())"
+    )
+    res = subprocess.run(
+        net.exec_args(ns, sys.executable, "-c", code),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    data: list[dict[str, Any]] = json.loads(res.stdout)
+    return data
+
+
+@pytest.mark.netns
+def test_interfaces_prints_the_plan_the_relay_executes(
+    net: Netns, box: str, wg_name: str, workdir: Path
+) -> None:
+    """Issue 12 item 3, one plan, not two: the command's plan is the running relay's.
+
+    lan0 gets a second address: the relay (policy.relay.build_plan) sends to the first
+    address's subnet broadcast only, where the command used to promise one broadcast per
+    address. The WireGuard interface's peers are read as the relay reads them.
+    """
+    sh("ip", "-n", box, "addr", "add", "10.61.7.1/24", "dev", "lan0")
+    selection = ("--iface", "lan0", "--iface", "br0", "--iface", "tun0", "--iface", "ixwg*")
+    res = interfaces_cmd(net, box, "--json", *selection, "--iface", "nomatch0")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    plan = by_name(doc["egresses"])
+    assert list(plan) == ["lan0", "br0", wg_name]
+    lan = plan["lan0"]
+    assert (lan["role"], lan["address"], lan["broadcast"], lan["peers"], lan["mtu"]) == (
+        "lan", "10.61.1.1", "10.61.1.255", [], 1500,
+    )  # fmt: skip
+    assert lan["addresses"] == ["10.61.1.1", "10.61.7.1"]
+    assert lan["networks"] == ["10.61.1.0/24", "10.61.7.0/24"]
+    wg = plan[wg_name]
+    assert (wg["role"], wg["address"], wg["broadcast"], wg["peers"], wg["mtu"]) == (
+        "p2p", "10.98.0.1", "", ["10.98.0.2"], 1420,
+    )  # fmt: skip
+    rows = by_name(doc["interfaces"])
+    assert rows["lan0"]["action"] == (
+        "lan: re-send as subnet broadcast to 10.61.1.255 (bound to device)"
+    )
+    assert rows["lan0"]["notes"][0] == (
+        "not to 10.61.7.255 (10.61.7.1/24): the relay uses the first address only, 10.61.1.1"
+    )
+    assert rows[wg_name]["peers"] == ["10.98.0.2"]
+    assert rows[wg_name]["action"] == (
+        "p2p: unicast copy to each peer: 10.98.0.2 (from WireGuard AllowedIPs)"
+    )
+    assert rows["tun0"]["action"] == "down: skipped (no carrier, operstate DOWN)"
+    assert doc["selected_down"] == ["tun0"]
+    assert doc["unmatched"] == ["nomatch0"]
+
+    # The same selection given to the bridge: its plan (the log line and /api/interfaces,
+    # both made from the Egress tuples _apply_plan got) is the command's.
+    bridge = BridgeProcess(
+        net,
+        box,
+        *("--ipx-listen", "off", "--source-mode", "rewrite", *selection),
+        log_dir=workdir,
+        ready=rf"relaying between: .*lan0.*br0.*{wg_name}",
+    )
+    try:
+        relayed = api_interfaces(net, box)
+        log = bridge.log()
+    finally:
+        assert bridge.stop() == 0
+    assert (
+        f"relaying between: lan0 (lan, broadcast 10.61.1.255); br0 (lan, broadcast "
+        f"10.61.2.255); {wg_name} (p2p, 1 peers: 10.98.0.2)"
+    ) in log
+    fields = ("role", "address", "broadcast", "peers", "mtu")
+    assert {e["name"]: [e[f] or "" if f == "broadcast" else e[f] for f in fields]
+            for e in relayed if e["up"]} == {
+        e["name"]: [e[f] for f in fields] for e in doc["egresses"]
+    }  # fmt: skip
+    assert [e["name"] for e in relayed if not e["up"]] == doc["selected_down"]
+
+    text = interfaces_cmd(net, box, *selection).stdout
+    assert "-> lan: re-send as subnet broadcast to 10.61.1.255 (bound to device)\n" in text
+    assert "10.61.7.255 (10.61.7.1/24): the relay uses the first address only" in text
+    assert "relays what arrives for 255.255.255.255, 10.61.1.255, 10.61.7.255\n" in text
+    assert text.endswith(f"plan: lan0, br0, {wg_name} (3 interfaces)\n")
+
+
+@pytest.mark.netns
+def test_interfaces_reads_the_relay_config(
+    net: Netns, box: str, wg_name: str, tmp_path: Path
+) -> None:
+    """``--config``: the bridge's relay.interfaces (roles, static peers) and ports."""
+    config = tmp_path / "relay.yaml"
+    config.write_text(
+        "relay:\n"
+        "  ports: [47624, 2302]\n"
+        "  interfaces:\n"
+        "    - name: br0\n"
+        "      role: p2p\n"
+        "      peers: [10.61.2.9]\n"
+        "    - name: 'ixwg*'\n"
+        "    - name: 10.61.1.0/24\n"
+    )
+    res = interfaces_cmd(net, box, "--json", "--config", str(config))
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["configured"] is True
+    assert doc["source"] == f"from {config}"
+    assert doc["ports"] == [47624, 2302]
+    assert [(s["pattern"], s["role"], s["peers"]) for s in doc["selections"]] == [
+        ("br0", "p2p", ["10.61.2.9"]),
+        ("ixwg*", "auto", []),
+        ("10.61.1.0/24", "auto", []),
+    ]
+    plan = by_name(doc["egresses"])
+    assert list(plan) == ["br0", wg_name, "lan0"]
+    assert (plan["br0"]["role"], plan["br0"]["broadcast"], plan["br0"]["peers"]) == (
+        "p2p", "", ["10.61.2.9"],
+    )  # fmt: skip
+    assert by_name(doc["interfaces"])["br0"]["action"] == (
+        "p2p: unicast copy to each peer: 10.61.2.9 (from the config)"
+    )
+    assert plan[wg_name]["peers"] == ["10.98.0.2"]
+
+    # --iface replaces relay.interfaces, as on `run`
+    only = json.loads(interfaces_cmd(net, box, "--json", "--config", str(config), "--iface",
+                                     "lan0").stdout)  # fmt: skip
+    assert [e["name"] for e in only["egresses"]] == ["lan0"]
+    assert only["ports"] == [47624, 2302]
+
+    config.write_text("relay:\n  interfaces:\n    - name: br0\n      role: bridge\n")
+    bad = interfaces_cmd(net, box, "--config", str(config))
+    assert bad.returncode == 2
+    assert f"{config}:4: relay.interfaces.0.role" in bad.stderr
 
 
 @pytest.mark.netns

@@ -1,10 +1,12 @@
 """Pure topology: computed broadcasts, roles, kinds, selection, primary and on-link owner."""
 
 import dataclasses
+import json
 
 import pytest
 
-from ipxbridge.interfaces_cmd import NO_PEERS, plan
+from ipxbridge.interfaces_cmd import NO_PEERS, describe, render_json, render_text
+from ipxbridge.policy.relay import Selection, build_plan
 from ipxbridge.policy.topology import (
     ARPHRD_ETHER,
     ARPHRD_LOOPBACK,
@@ -346,32 +348,77 @@ def test_unicast_targets_keeps_host_routes_only() -> None:
 
 
 # --- the interfaces command's plan (pure part) --------------------------------------------
+# Issue 12 item 3, "one plan, not two": the command's plan is policy.relay.build_plan's, fed
+# the same selections and WireGuard peers as the bridge (app.py), never a second planner.
+
+WG_PEERS = {"wg0": ["10.98.0.2"]}
+
+
+def test_plan_is_build_plans() -> None:
+    selections = (Selection("eth*"), Selection("wg*"), Selection("tun7"), Selection("nope*"))
+    report = describe(TOPO, selections, WG_PEERS)
+    egresses, own, bcasts = build_plan(TOPO, selections, WG_PEERS)
+    assert report.egresses == egresses
+    assert report.own_addresses == own
+    assert report.subnet_broadcasts == bcasts
+    assert {i.interface.name: i.egress for i in report.interfaces if i.egress} == {
+        e.name: e for e in egresses
+    }
+    assert report.matches == (("eth0", "eth1"), ("wg0", "wg1"), ("tun7",), ())
+    assert report.unmatched == ("nope*",)
+    assert report.selected_down == ("tun7", "wg1")
 
 
 def test_plan_actions() -> None:
-    items = {
-        p.interface.name: p
-        for p in plan(TOPO, [], lambda name: {"wg0": ["10.98.0.2"]}.get(name, []))
-    }
+    report = describe(TOPO, (Selection("*"),), WG_PEERS, configured=False)
+    assert not report.configured
+    items = {p.interface.name: p for p in report.interfaces}
     assert items["lo"].action == "loopback: never used"
     assert (
         items["eth0"].action == "lan: re-send as subnet broadcast to 10.1.2.255 (bound to device)"
     )
+    # Two addresses: the relay sends to the first one's subnet only (build_plan), and says so
+    # (before: "... to 10.5.0.255, 192.168.7.255", a plan the relay never executed).
     assert items["eth1"].action == (
-        "lan: re-send as subnet broadcast to 10.5.0.255, 192.168.7.255 (bound to device)"
+        "lan: re-send as subnet broadcast to 10.5.0.255 (bound to device)"
+    )
+    assert items["eth1"].egress is not None
+    assert items["eth1"].egress.broadcast == "10.5.0.255"
+    assert items["eth1"].notes == (
+        "not to 192.168.7.255 (192.168.7.1/24): the relay uses the first address only, 10.5.0.1",
+        "relays what arrives for 255.255.255.255, 10.5.0.255, 192.168.7.255",
     )
     assert items["wg0"].action == (
         "p2p: unicast copy to each peer: 10.98.0.2 (from WireGuard AllowedIPs)"
     )
-    assert items["wg0"].peers == ("10.98.0.2",)
+    assert items["wg0"].egress is not None
+    assert items["wg0"].egress.peers == ("10.98.0.2",)
     assert items["wg0"].primary
-    assert items["tun7"].action == "down: skipped"
+    assert items["tun7"].action == "down: skipped (no carrier, operstate DOWN)"
+    assert items["tun7"].egress is None
     assert items["wg1"].action == "no IPv4 address: skipped"
     assert all(p.selected for n, p in items.items() if n != "lo")
-    only = {p.interface.name: p for p in plan(TOPO, ["eth1"], lambda _: [])}
+    only = {p.interface.name: p for p in describe(TOPO, (Selection("eth1"),), {}).interfaces}
     assert only["eth0"].action == "not selected: skipped"
     assert not only["eth0"].selected
     assert only["eth1"].selected
+
+
+def test_plan_roles_and_peers_from_the_config() -> None:
+    """The first matching selection decides role and peers, as in build_plan."""
+    selections = (Selection("eth1", "p2p", ("10.5.0.9",)), Selection("eth*"), Selection("wg0"))
+    report = describe(TOPO, selections, {})  # no WireGuard peers read (yet)
+    items = {p.interface.name: p for p in report.interfaces}
+    assert items["eth1"].role == "p2p"
+    assert items["eth1"].action == ("p2p: unicast copy to each peer: 10.5.0.9 (from the config)")
+    assert items["eth0"].role == "lan"
+    assert items["wg0"].action == NO_PEERS
+    assert report.egresses == build_plan(TOPO, selections, {})[0]
+    text = render_text(report, (47624,), "from test.yaml")
+    assert "relay interfaces (from test.yaml): eth1 (p2p; peers 10.5.0.9), eth*, wg0" in text
+    assert "3: eth1  bridge  p2p (set in the config; flags say lan)" in text
+    assert "inet 10.5.0.1/24 brd 10.5.0.255 (unused: p2p)" in text
+    assert text.endswith("plan: eth1, eth0, wg0 (3 interfaces)\n")
 
 
 def test_plan_p2p_without_peers_and_p2p_peer_address() -> None:
@@ -385,8 +432,42 @@ def test_plan_p2p_without_peers_and_p2p_peer_address() -> None:
         wireguard=True,
     )
     tun = iface(9, "tun8", addr("10.6.0.1/32", peer="10.6.0.2"), kind="tun", flags=WG_GO)
-    items = plan(Topology((lonely, tun)), [], lambda _: [])
+    items = describe(Topology((lonely, tun)), (Selection("*"),), {}).interfaces
     assert items[0].action == NO_PEERS
     assert items[1].action == (
         "p2p: unicast copy to each peer: 10.6.0.2 (from the point-to-point peer address)"
     )
+
+
+def test_plan_json_holds_every_egress_field() -> None:
+    report = describe(TOPO, (Selection("eth1"), Selection("wg0"), Selection("x")), WG_PEERS)
+    doc = json.loads(render_json(report, (47624, 6073), "from --iface"))
+    assert doc["egresses"] == [
+        {
+            "index": 3,
+            "name": "eth1",
+            "role": "lan",
+            "address": "10.5.0.1",
+            "broadcast": "10.5.0.255",
+            "peers": [],
+            "mtu": 1500,
+            "networks": ["10.5.0.0/24", "192.168.7.0/24"],
+            "addresses": ["10.5.0.1", "192.168.7.1"],
+        },
+        {
+            "index": 4,
+            "name": "wg0",
+            "role": "p2p",
+            "address": "10.98.0.1",
+            "broadcast": "",
+            "peers": ["10.98.0.2"],
+            "mtu": 1500,
+            "networks": ["10.98.0.0/24"],
+            "addresses": ["10.98.0.1"],
+        },
+    ]
+    assert doc["unmatched"] == ["x"]
+    assert doc["selections"][2] == {"pattern": "x", "role": "auto", "peers": [], "matches": []}
+    assert doc["primary"] == "wg0"
+    assert doc["configured"] is True
+    assert [i["name"] for i in doc["interfaces"] if i["used"]] == ["eth1", "wg0"]
