@@ -9,7 +9,6 @@ import urllib.request
 
 from ipxbridge.app import Bridge
 from ipxbridge.config import load_config
-from ipxbridge.obs.http import HttpServer, text
 
 
 async def request(port: int, raw: bytes) -> tuple[int, bytes]:
@@ -20,25 +19,6 @@ async def request(port: int, raw: bytes) -> tuple[int, bytes]:
     writer.close()
     head, _, body = data.partition(b"\r\n\r\n")
     return int(head.split()[1]), body
-
-
-def test_routes_404_405_head() -> None:
-    async def main() -> None:
-        server = HttpServer({"/hello": lambda q: text(200, f"hi {q}\n")})
-        await server.start("127.0.0.1", 0)
-        try:
-            assert await request(server.port, b"GET /hello?x=1 HTTP/1.1\r\n\r\n") == (
-                200,
-                b"hi x=1\n",
-            )
-            assert (await request(server.port, b"GET /nope HTTP/1.1\r\n\r\n"))[0] == 404
-            assert (await request(server.port, b"POST /hello HTTP/1.1\r\n\r\n"))[0] == 405
-            assert await request(server.port, b"HEAD /hello HTTP/1.1\r\n\r\n") == (200, b"")
-            assert (await request(server.port, b"garbage\r\n\r\n"))[0] == 400
-        finally:
-            await server.close()
-
-    asyncio.run(main())
 
 
 def test_health_turns_503_when_the_loop_heartbeat_is_stale() -> None:
