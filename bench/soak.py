@@ -36,17 +36,20 @@ import re
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 from uuid import UUID
 
-from ipx_bench import BenchError, network_namespace, set_buffer
+from benchlib import BenchError
+from benchlib.bridge import READY_IPX, start_bridge
+from benchlib.frames import GAME_SOCKET, ipx_broadcast
+from benchlib.metrics import scrape
+from benchlib.netns import namespaces
+from benchlib.procstat import rss_kib
+from benchlib.sockets import set_buffer
 
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ipx
@@ -54,8 +57,6 @@ from ipxbridge.wire import ipx
 NETNS: Final = "ipxb_soak"
 PORT: Final = 31213
 SERVER: Final = ("127.0.0.1", PORT)
-GAME_SOCKET: Final = 0x4545
-ROOT: Final = Path(__file__).resolve().parents[1]
 ARMADA: Final = UUID("76F93801-9340-11D2-AE34-00600895C779")
 
 
@@ -87,9 +88,7 @@ class Tally:
 
 
 def bcast(src: bytes, payload: bytes = b"game", *, sock: int = GAME_SOCKET) -> bytes:
-    return ipx.build_packet(
-        dst_node=ipx.BROADCAST_NODE, dst_socket=sock, src_node=src, src_socket=sock, payload=payload
-    )
+    return ipx_broadcast(src, payload, sock=sock)
 
 
 def hostile(a: bytes, b: bytes) -> Iterator[tuple[str, str, bytes]]:
@@ -202,22 +201,6 @@ class Soak:
         return time.monotonic() - start
 
 
-def rss_kib(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
-    match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
-    return int(match.group(1)) if match else 0
-
-
-def scrape() -> dict[str, float]:
-    text = urllib.request.urlopen("http://127.0.0.1:9213/metrics", timeout=5).read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("ipxbridge_") and " " in line:
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
-
-
 def books(m: dict[str, float]) -> dict[str, float]:
     def total(prefix: str) -> float:
         return sum(v for k, v in m.items() if k.startswith(prefix) and 'path="ipx"' in k)
@@ -233,20 +216,13 @@ def books(m: dict[str, float]) -> dict[str, float]:
 
 def inner(args: argparse.Namespace) -> int:
     """Runs inside the namespace: start the bridge, soak it, print the figures as JSON."""
-    log = Path(tempfile.mkdtemp(prefix="ipxb-soak-")) / "bridge.log"
-    with log.open("wb") as out:
-        bridge = subprocess.Popen(
-            [sys.executable, "-m", "ipxbridge", "run", "--ipx-listen", f"127.0.0.1:{PORT}"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+    bridge = start_bridge(
+        *("--ipx-listen", f"127.0.0.1:{PORT}"),
+        name=f"ipxb-soak-{os.getpid()}",
+        ready=READY_IPX,
+        timeout=15,
+    )
     try:
-        deadline = time.monotonic() + 15
-        while "IPX tunnel on udp" not in log.read_text(errors="replace"):
-            if bridge.poll() is not None or time.monotonic() > deadline:
-                raise BenchError(f"bridge did not start: {log.read_text(errors='replace')}")
-            time.sleep(0.05)
         soak = Soak(args.rate)
         soak.wait_verified()
         result: dict[str, Any] = {"rate": args.rate}
@@ -283,11 +259,10 @@ def inner(args: argparse.Namespace) -> int:
             for k, v in metrics.items()
             if k.startswith("ipxbridge_directplay_malformed_total") and v
         }
-        result["alive"] = bridge.poll() is None
+        result["alive"] = bridge.alive()
     finally:
-        bridge.terminate()
-        bridge.wait(10)
-    result["traceback_in_log"] = "Traceback" in log.read_text(errors="replace")
+        log = bridge.stop()
+    result["traceback_in_log"] = "Traceback" in log
     print(json.dumps(result))
     return 0
 
@@ -349,7 +324,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("soak.py needs root (network namespaces)", file=sys.stderr)
         return 2
-    with network_namespace(NETNS):
+    with namespaces(NETNS):
         proc = subprocess.run(
             [
                 "ip",
@@ -366,7 +341,6 @@ def main() -> int:
             capture_output=True,
             text=True,
             check=False,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
     if proc.returncode != 0 or not proc.stdout.strip():
         print(proc.stdout + proc.stderr, file=sys.stderr)

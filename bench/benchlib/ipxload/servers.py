@@ -1,0 +1,152 @@
+"""The orchestrator's side: a fresh server per run inside the namespace, the load generator
+beside it, each on its own CPU."""
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Final
+
+from benchlib import BenchError
+from benchlib.bridge import Process, spawn
+from benchlib.ipxload.client import (
+    DRAIN_SECONDS,
+    READY_TIMEOUT,
+    REGISTER_TIMEOUT,
+    RTT_BUDGET_PER_EXCHANGE,
+    RTT_WARMUP,
+    SEND_GRACE,
+    ClientSpec,
+    JsonDict,
+    process_cpu_seconds,
+)
+
+SERVER_CPU: Final = 1
+CLIENT_CPU: Final = 0
+SERVERS: Final = ("ipxbridge", "dosbox")
+DOSBOX_SLOTS: Final = 16
+DOSBOX_FREE_SLOTS: Final = DOSBOX_SLOTS - 1  # ipxnet startserver registers DOSBox itself
+STOP_TIMEOUT: Final = 3.0
+
+
+@dataclass(slots=True)
+class Bench:
+    """Configuration and live state of the orchestrator.
+
+    ``script`` is what runs the load generator as ``SCRIPT _client --spec JSON``.
+    """
+
+    netns: str
+    port: int
+    bridge_cmd: str
+    workdir: Path
+    script: Path
+    running: list[Process] = field(default_factory=list)
+    dosbox_ok: bool = True
+
+    def _launch(self, argv: list[str], env: dict[str, str] | None, tag: str) -> Process:
+        server = spawn(
+            argv, log=self.workdir / f"{tag}.log", ns=self.netns, cpus={SERVER_CPU}, env=env
+        )
+        self.running.append(server)
+        return server
+
+    def start_bridge(self, tag: str) -> Process:
+        """Start ipxbridge from the ``--bridge-cmd`` template."""
+        return self._launch(shlex.split(self.bridge_cmd.format(port=self.port)), None, tag)
+
+    def start_dosbox(self, tag: str) -> Process:
+        """Start a headless DOSBox whose autoexec runs ``ipxnet startserver PORT``."""
+        home = self.workdir / "dosbox-home"
+        drive = self.workdir / "dosbox-c"
+        home.mkdir(exist_ok=True)
+        drive.mkdir(exist_ok=True)
+        conf = self.workdir / "dosbox.conf"
+        conf.write_text(
+            "[sdl]\noutput=surface\n"
+            "[cpu]\ncycles=fixed 3000\n"
+            "[mixer]\nnosound=true\n"
+            "[ipx]\nipx=true\n"
+            f"[autoexec]\nmount c {drive}\nc:\nipxnet startserver {self.port}\n",
+            encoding="ascii",
+        )
+        env = dict(os.environ, SDL_VIDEODRIVER="dummy", SDL_AUDIODRIVER="dummy", HOME=str(home))
+        return self._launch(["dosbox", "-conf", str(conf)], env, tag)
+
+    def stop(self, server: Process) -> float | None:
+        """Terminate a server by pid (kill after a grace period); returns its CPU seconds."""
+        cpu = process_cpu_seconds(server.pid)
+        server.stop(STOP_TIMEOUT)
+        if server in self.running:
+            self.running.remove(server)
+        return cpu
+
+    def stop_all(self) -> None:
+        """Stop whatever is still running (used from ``finally``)."""
+        for server in list(self.running):
+            with contextlib.suppress(Exception):
+                self.stop(server)
+
+    def run_client(self, spec: ClientSpec) -> JsonDict:
+        """Run the load generator child inside the namespace on its own CPU."""
+        argv = [
+            *("ip", "netns", "exec", self.netns, "taskset", "-c", str(CLIENT_CPU)),
+            *(sys.executable, str(self.script), "_client", "--spec", json.dumps(asdict(spec))),
+        ]
+        limit = (
+            READY_TIMEOUT
+            + REGISTER_TIMEOUT * spec.clients
+            + spec.secs
+            + SEND_GRACE
+            + DRAIN_SECONDS
+            + 5.0
+            + RTT_BUDGET_PER_EXCHANGE * (spec.rtt_count + RTT_WARMUP)
+            + 30.0
+        )
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=limit, check=False)
+        except subprocess.TimeoutExpired:
+            return {"error": f"load generator exceeded {limit:.0f} s"}
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        if not lines:
+            return {"error": f"load generator exit {proc.returncode}: {proc.stderr.strip()[-500:]}"}
+        try:
+            result: JsonDict = json.loads(lines[-1])
+        except json.JSONDecodeError:
+            return {"error": f"unparsable load generator output: {lines[-1][:200]}"}
+        return result
+
+    def run_once(self, kind: str, spec: ClientSpec, tag: str) -> JsonDict:
+        """Fresh server, one scenario, server stopped; returns the result with metadata."""
+        server = self.start_bridge(tag) if kind == "ipxbridge" else self.start_dosbox(tag)
+        try:
+            result = self.run_client(ClientSpec(**{**asdict(spec), "server_pid": server.pid}))
+            exit_code = server.proc.poll()
+            if "error" in result and exit_code is not None:
+                result["error"] += f" (server exited with {exit_code}: {server.tail()})"
+        finally:
+            total_cpu = self.stop(server)
+        result["server_total_cpu_s"] = round(total_cpu, 3) if total_cpu is not None else None
+        return result
+
+
+def preflight(skip_baseline: bool) -> bool:
+    """Check privileges and tools; returns whether the DOSBox baseline can run."""
+    if os.geteuid() != 0:
+        raise BenchError("must run as root (network namespaces)")
+    for tool in ("ip", "taskset"):
+        if shutil.which(tool) is None:
+            raise BenchError(f"{tool} not found")
+    if not {CLIENT_CPU, SERVER_CPU} <= os.sched_getaffinity(0):
+        raise BenchError(f"needs CPUs {CLIENT_CPU} and {SERVER_CPU}")
+    if skip_baseline:
+        return False
+    if shutil.which("dosbox") is None:
+        print("dosbox not found: continuing with ipxbridge alone")
+        return False
+    return True
