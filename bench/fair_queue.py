@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchlib import ROOT
+
 TURN = 8
 
 

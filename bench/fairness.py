@@ -53,35 +53,32 @@ import contextlib
 import json
 import math
 import os
-import re
 import signal
-import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
-from pyroute2 import netns
+from benchlib import ROOT
+from benchlib.bridge import READY_RELAY, start_bridge
+from benchlib.metrics import by_label, kernel_counters, nft_counters, scrape
+from benchlib.netns import nsexec, sh, two_segments
+from benchlib.procstat import cpu_seconds
+from benchlib.sockets import broadcaster, received_ns, timestamped_receiver
 
-ROOT: Final = Path(__file__).resolve().parents[1]
 PREFIX: Final = f"frn{os.getpid() % 100000}"
 FLOODER, PLAYER = "10.75.1.66", "10.75.1.10"
 BOX_A, BOX_B, HOST = "10.75.1.1", "10.75.2.1", "10.75.2.20"
 PORT: Final = 47624
 FLOOD_SPORT, PLAYER_SPORT = 40066, 40010
 LEGIT_PPS: Final = 10
-SO_BINDTODEVICE: Final = 25
-SO_TIMESTAMPNS: Final = 35  # also the control message type (SCM_TIMESTAMPNS)
 FLOOD: Final = struct.Struct("!5sQ")
 LEGIT: Final = struct.Struct("!5sIQ")
-METRICS: Final = "http://127.0.0.1:9213/metrics"
 MODES: Final = {
     "python": ("--source-mode", "preserve", "--fast-path", "off"),
     "fast": ("--source-mode", "preserve", "--fast-path", "on"),
@@ -93,19 +90,6 @@ MAX_BOOKS_PCT: Final = 0.1
 
 
 # --- namespaces ------------------------------------------------------------------------------
-
-
-def sh(*args: str, check: bool = True, stdin: str | None = None) -> str:
-    res = subprocess.run(
-        list(args), capture_output=True, text=True, timeout=30, check=False, input=stdin
-    )
-    if check and res.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {res.stderr.strip()}")
-    return res.stdout
-
-
-def nsexec(ns: str, *args: str, check: bool = True, stdin: str | None = None) -> str:
-    return sh("ip", "netns", "exec", ns, *args, check=check, stdin=stdin)
 
 
 BOOKS_NFT: Final = f"""
@@ -133,66 +117,18 @@ table ip frn_rx {{
 
 @contextlib.contextmanager
 def topology() -> Iterator[dict[str, str]]:
-    names = {n: f"{PREFIX}_{n}" for n in ("pa", "box", "hb")}
-    try:
-        for ns in names.values():
-            sh("ip", "netns", "add", ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        links = (
-            ("pa", "eth0", f"{PLAYER}/24", "box", "lanA", f"{BOX_A}/24"),
-            ("box", "lanB", f"{BOX_B}/24", "hb", "eth0", f"{HOST}/24"),
-        )
-        for a, if_a, addr_a, b, if_b, addr_b in links:
-            sh(
-                *("ip", "link", "add", if_a, "netns", names[a], "type", "veth"),
-                *("peer", "name", if_b, "netns", names[b]),
-            )
-            for ns, ifname, addr in ((names[a], if_a, addr_a), (names[b], if_b, addr_b)):
-                sh("ip", "-n", ns, "addr", "add", addr, "brd", "+", "dev", ifname)
-                sh("ip", "-n", ns, "link", "set", ifname, "up")
+    with two_segments(
+        PREFIX, pa=f"{PLAYER}/24", box_a=f"{BOX_A}/24", box_b=f"{BOX_B}/24", hb=f"{HOST}/24"
+    ) as names:
         sh("ip", "-n", names["pa"], "addr", "add", f"{FLOODER}/24", "brd", "+", "dev", "eth0")
-        sh("ip", "-n", names["hb"], "route", "add", "default", "via", BOX_B)
         nsexec(names["box"], "nft", "-f", "-", stdin=BOOKS_NFT)
         nsexec(names["hb"], "nft", "-f", "-", stdin=RX_NFT)
         yield names
-    finally:
-        for ns in names.values():
-            for pid in sh("ip", "netns", "pids", ns, check=False).split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-            sh("ip", "netns", "del", ns, check=False)
-
-
-def socket_in(ns: str, family: int, kind: int) -> socket.socket:
-    netns.pushns(ns)
-    try:
-        return socket.socket(family, kind)
-    finally:
-        netns.popns()
-
-
-def nft_counters(ns: str, table: str) -> dict[str, int]:
-    """Packets per rule comment in ``table``."""
-    out: dict[str, int] = {}
-    listing = nsexec(ns, "nft", "-j", "list", "table", "ip", table)
-    for item in json.loads(listing)["nftables"]:
-        rule = item.get("rule")
-        if rule and rule.get("comment"):
-            for expr in rule["expr"]:
-                if "counter" in expr:
-                    out[rule["comment"]] = int(expr["counter"]["packets"])
-    return out
 
 
 def snmp(ns: str) -> dict[str, int]:
     """Udp: counters of ``ns`` (RcvbufErrors, InErrors, ...)."""
-    lines = nsexec(ns, "cat", "/proc/net/snmp").splitlines()
-    out: dict[str, int] = {}
-    for head, values in zip(lines[::2], lines[1::2], strict=False):
-        if head.startswith("Udp:"):
-            for name, value in zip(head.split()[1:], values.split()[1:], strict=False):
-                out[name] = int(value)
-    return out
+    return kernel_counters(ns).get("Udp", {})
 
 
 def softnet_dropped() -> int:
@@ -214,10 +150,7 @@ def flood(pps: int, seconds: float, cpu: int) -> int:
     """Runs inside ``pa`` (hidden ``--flood``): broadcasts from one source at ``pps``."""
     with contextlib.suppress(OSError):
         os.sched_setaffinity(0, {cpu})
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-    sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, b"eth0")
-    sock.bind((FLOODER, FLOOD_SPORT))
+    sock = broadcaster(None, "eth0", FLOODER, FLOOD_SPORT)
     send, pack, to = sock.sendto, FLOOD.pack, ("255.255.255.255", PORT)
     total = int(pps * seconds)
     errors = 0
@@ -251,10 +184,7 @@ class Player(threading.Thread):
 
     def __init__(self, ns: str) -> None:
         super().__init__(daemon=True)
-        self.sock = socket_in(ns, socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, b"eth0")
-        self.sock.bind((PLAYER, PLAYER_SPORT))
+        self.sock = broadcaster(ns, "eth0", PLAYER, PLAYER_SPORT)
         self.sent = 0
         self.errors = 0
         self.stop = threading.Event()
@@ -277,10 +207,7 @@ class Receiver(threading.Thread):
 
     def __init__(self, ns: str) -> None:
         super().__init__(daemon=True)
-        self.sock = socket_in(ns, socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        self.sock.bind(("0.0.0.0", PORT))
+        self.sock = timestamped_receiver(ns, PORT, 1 << 20)
         self.sock.settimeout(0.2)
         self.latency_ns: dict[int, int] = {}  # seq -> one-way latency (first copy)
         self.duplicates = 0
@@ -293,11 +220,7 @@ class Receiver(threading.Thread):
                 data, anc, _, _ = self.sock.recvmsg(2048, 256)
             except TimeoutError:
                 continue
-            rx_ns = 0
-            for level, kind, cdata in anc:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(cdata) >= 16:
-                    sec, nsec = struct.unpack_from("=qq", cdata)
-                    rx_ns = sec * 1_000_000_000 + nsec
+            rx_ns = received_ns(anc)
             if len(data) != LEGIT.size or not data.startswith(b"LEGIT"):
                 self.other += 1
                 continue
@@ -305,41 +228,10 @@ class Receiver(threading.Thread):
             if seq in self.latency_ns:
                 self.duplicates += 1
             else:
-                self.latency_ns[seq] = (rx_ns or time.time_ns()) - sent_ns
+                self.latency_ns[seq] = rx_ns - sent_ns
 
 
 # --- the bridge --------------------------------------------------------------------------------
-
-
-def scrape(box: str) -> dict[str, float]:
-    netns.pushns(box)
-    try:
-        text = urllib.request.urlopen(METRICS, timeout=5).read().decode()
-    finally:
-        netns.popns()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("ipxbridge_") and " " in line:
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
-
-
-def by_label(m: dict[str, float], family: str, label: str, where: str = "") -> dict[str, int]:
-    out: dict[str, int] = {}
-    for key, value in m.items():
-        if key.startswith(family + "{") and where in key:
-            found = re.search(rf'{label}="([^"]*)"', key)
-            if found:
-                out[found.group(1)] = out.get(found.group(1), 0) + int(value)
-    return out
-
-
-def cpu_seconds(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of ``pid``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def run_wait_seconds(pid: int) -> float:
@@ -415,29 +307,20 @@ def settle(box: str) -> dict[str, Any]:
 
 
 def run_mode(mode: str, names: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
-    log = Path(tempfile.gettempdir()) / f"{PREFIX}-{mode}-bridge.log"
-    cmd = [*("ip", "netns", "exec", names["box"], sys.executable, "-m", "ipxbridge", "run")]
-    cmd += [*("--ipx-listen", "off", "--metrics-listen", "127.0.0.1:9213")]
-    cmd += [*("--iface", "lanA", "--iface", "lanB", *MODES[mode])]
-    with log.open("w") as out:
-        bridge = subprocess.Popen(
-            cmd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=args.root,
-            env={**os.environ, "PYTHONPATH": str(args.root)},
-        )
-    # ip netns exec execs the bridge: same pid; not this script's own pin (--bridge-cpus)
-    os.sched_setaffinity(bridge.pid, args.bridge_cpus)
+    # pinned to --bridge-cpus, not to this script's own CPUs
+    bridge = start_bridge(
+        *("--ipx-listen", "off", "--metrics-listen", "127.0.0.1:9213"),
+        *("--iface", "lanA", "--iface", "lanB", *MODES[mode]),
+        name=f"{PREFIX}-{mode}-bridge",
+        ns=names["box"],
+        root=args.root,
+        cpus=args.bridge_cpus,
+    )
     receiver: Receiver | None = None
     player: Player | None = None
     flooder: subprocess.Popen[str] | None = None
     try:
-        deadline = time.monotonic() + 20
-        while "relaying between: lanA" not in log.read_text(errors="replace"):
-            if bridge.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"bridge did not start:\n{log.read_text(errors='replace')}")
-            time.sleep(0.05)
+        bridge.wait_for(READY_RELAY, 20)
         time.sleep(0.5)
         arrived0 = nft_counters(names["box"], "frn_books")  # cumulative over the modes
         at_hb0 = nft_counters(names["hb"], "frn_rx")
@@ -473,7 +356,7 @@ def run_mode(mode: str, names: dict[str, str], args: argparse.Namespace) -> dict
         time.sleep(1.0)  # the last copies
         books = settle(names["box"])
         cpu2 = cpu_seconds(bridge.pid)
-        alive = bridge.poll() is None
+        alive = bridge.alive()
         receiver.stop.set()
         receiver.join(2)
         arrived = delta(nft_counters(names["box"], "frn_books"), arrived0)
@@ -486,14 +369,7 @@ def run_mode(mode: str, names: dict[str, str], args: argparse.Namespace) -> dict
                 p.stop.set()
         if flooder is not None and flooder.poll() is None:
             flooder.kill()
-        bridge.send_signal(signal.SIGTERM)
-        try:
-            bridge.wait(10)
-        except subprocess.TimeoutExpired:
-            bridge.kill()
-            bridge.wait()
-        text = log.read_text(errors="replace")
-        log.unlink()
+        text = bridge.stop()
     lat = sorted(receiver.latency_ns.values())
     received = sum(books["received"].values()) - sum(before["received"].values())
     kernel = books["kernel_drops"] - before["kernel_drops"]

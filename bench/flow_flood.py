@@ -30,27 +30,25 @@ import argparse
 import contextlib
 import json
 import os
-import re
-import signal
 import socket
-import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchlib import ROOT
+from benchlib.bridge import READY_RELAY, start_bridge
+from benchlib.frames import ipv4_udp
+from benchlib.metrics import by_label, family_sum, scrape
+from benchlib.netns import sh, socket_in, two_segments
+from benchlib.procstat import open_fds, rss_kib
+from benchlib.sockets import broadcaster
 
-from pyroute2 import netns  # noqa: E402
-
-from ipxbridge.wire.directplay import (  # noqa: E402 - after the path is set
+from ipxbridge.wire.directplay import (
     DP8EnumQuery,
     DP8EnumResponse,
     build_dp8_enum_query,
@@ -66,86 +64,29 @@ DP8 = 6073
 PLAYER_COOKIES = 0x7FFF  # players' cookies are 1..0x7FFF, the attacker's have 0x8000 set
 
 
-def sh(*args: str, stdin: str | None = None) -> None:
-    subprocess.run(args, check=True, capture_output=True, timeout=60, input=stdin, text=True)
-
-
 def spoof_address(n: int) -> str:
     return f"10.72.{16 + n // 250}.{1 + n % 250}"  # n < 4000: inside 10.72.16.0/20
 
 
 @contextlib.contextmanager
-def namespaces() -> Iterator[dict[str, str]]:
-    names = {n: f"{PREFIX}_{n}" for n in ("pa", "box", "hb")}
-    try:
-        for ns in names.values():
-            sh("ip", "netns", "add", ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        for a, if_a, addr_a, b, if_b, addr_b in (
-            ("pa", "eth0", f"{PLAYER}/16", "box", "lanA", f"{BOX_A}/16"),
-            ("box", "lanB", f"{BOX_B}/24", "hb", "eth0", f"{HOST}/24"),
-        ):
-            sh(
-                *("ip", "link", "add", if_a, "netns", names[a], "type", "veth"),
-                *("peer", "name", if_b, "netns", names[b]),
-            )
-            for ns, ifname, addr in ((names[a], if_a, addr_a), (names[b], if_b, addr_b)):
-                sh("ip", "-n", ns, "addr", "add", addr, "brd", "+", "dev", ifname)
-                sh("ip", "-n", ns, "link", "set", ifname, "up")
+def topology() -> Iterator[dict[str, str]]:
+    with two_segments(
+        PREFIX, pa=f"{PLAYER}/16", box_a=f"{BOX_A}/16", box_b=f"{BOX_B}/24", hb=f"{HOST}/24"
+    ) as names:
         sh("ip", "-n", names["pa"], "addr", "add", f"{NEWCOMER}/16", "dev", "eth0")
         sh("ip", "-n", names["pa"], "route", "add", "local", SPOOF_NET, "dev", "lo")
-        sh("ip", "-n", names["hb"], "route", "add", "default", "via", BOX_B)
-        out = subprocess.run(
-            ["ip", "-n", names["pa"], "-j", "link", "show", "eth0"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        mac_pa = json.loads(out)[0]["address"]
+        mac_pa = json.loads(sh("ip", "-n", names["pa"], "-j", "link", "show", "eth0"))[0]["address"]
         batch = "".join(
             f"neigh add {spoof_address(n)} lladdr {mac_pa} dev lanA nud permanent\n"
             for n in range(SPOOF_ADDRESSES)
         )
-        sh("ip", "-n", names["box"], "-batch", "-", stdin=batch)
+        sh("ip", "-n", names["box"], "-batch", "-", stdin=batch, timeout=60)
         yield names
-    finally:
-        for ns in names.values():
-            pids = subprocess.run(
-                ["ip", "netns", "pids", ns], capture_output=True, text=True, check=False
-            ).stdout.split()
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
-
-
-@contextlib.contextmanager
-def inside(ns: str) -> Iterator[None]:
-    """Sockets (and subprocesses' view of ip) inside ``ns`` from this thread."""
-    netns.pushns(ns)
-    try:
-        yield
-    finally:
-        netns.popns()
 
 
 def spoofed(src: str, sport: int, payload: bytes) -> bytes:
-    """An IPv4/UDP broadcast with a chosen source (the kernel fills id and IP checksum)."""
-    udp = struct.pack("!HHHH", sport, DP8, 8 + len(payload), 0) + payload
-    header = struct.pack(
-        "!BBHHHBBH4s4s",
-        0x45,
-        0,
-        20 + len(udp),
-        0,
-        0,
-        64,
-        socket.IPPROTO_UDP,
-        0,
-        socket.inet_aton(src),
-        socket.inet_aton("255.255.255.255"),
-    )
-    return header + udp
+    """An IPv4/UDP broadcast with a chosen source (no UDP checksum)."""
+    return ipv4_udp((src, sport), ("255.255.255.255", DP8), payload, udp_checksum="none")
 
 
 def flood(sources: int, rate: int) -> int:
@@ -153,7 +94,7 @@ def flood(sources: int, rate: int) -> int:
     raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     raw.setsockopt(socket.IPPROTO_IP, socket.IP_HDRINCL, 1)
     raw.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-    raw.setsockopt(socket.SOL_SOCKET, 25, b"eth0")  # SO_BINDTODEVICE
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b"eth0")
     start = time.monotonic()
     for n in range(sources):
         src = spoof_address(n % SPOOF_ADDRESSES)
@@ -172,8 +113,7 @@ class Host(threading.Thread):
 
     def __init__(self, ns: str, *, answer_all: bool) -> None:
         super().__init__(daemon=True)
-        with inside(ns):
-            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock = socket_in(ns, socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.sock.bind(("0.0.0.0", DP8))
         self.sock.settimeout(0.2)
@@ -224,11 +164,7 @@ class Player(threading.Thread):
 
     def __init__(self, ns: str, address: str, first_cookie: int) -> None:
         super().__init__(daemon=True)
-        with inside(ns):
-            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, 25, b"eth0")
-        self.sock.bind((address, 0))
+        self.sock = broadcaster(ns, "eth0", address)
         self.first_cookie = first_cookie
         self.sock.settimeout(0.05)
         self.sent: list[int] = []
@@ -258,60 +194,26 @@ class Player(threading.Thread):
 
 def process(pid: int) -> tuple[int, int]:
     """(open descriptors, RSS in KiB) of ``pid``."""
-    fds = len(list(Path(f"/proc/{pid}/fd").iterdir()))
-    status = Path(f"/proc/{pid}/status").read_text(encoding="ascii")
-    match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
-    return fds, int(match.group(1)) if match else 0
-
-
-def scrape(box: str) -> dict[str, float]:
-    with inside(box):
-        text = urllib.request.urlopen("http://127.0.0.1:9213/metrics", timeout=5).read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("ipxbridge_") and " " in line:
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
-
-
-def by_label(m: dict[str, float], family: str, label: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for key, value in m.items():
-        if key.startswith(family + "{"):
-            found = re.search(rf'{label}="([^"]*)"', key)
-            if found:
-                out[found.group(1)] = out.get(found.group(1), 0) + int(value)
-    return out
+    return open_fds(pid), rss_kib(pid)
 
 
 def relay_sum(m: dict[str, float], family: str) -> int:
-    return int(sum(v for k, v in m.items() if k.startswith(family) and 'path="relay"' in k))
+    return family_sum(m, family, 'path="relay"')
 
 
 def campaign(args: argparse.Namespace, names: dict[str, str]) -> dict[str, Any]:
-    log = Path(tempfile.gettempdir()) / f"{PREFIX}-bridge.log"
-    with log.open("w") as out:
-        bridge = subprocess.Popen(
-            [
-                *("ip", "netns", "exec", names["box"], sys.executable, "-m", "ipxbridge", "run"),
-                *("--ipx-listen", "off", "--metrics-listen", "127.0.0.1:9213"),
-                *("--iface", "lanA", "--iface", "lanB", "--source-mode", "rewrite"),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=args.root,
-            env={**os.environ, "PYTHONPATH": str(args.root)},
-        )
+    bridge = start_bridge(
+        *("--ipx-listen", "off", "--metrics-listen", "127.0.0.1:9213"),
+        *("--iface", "lanA", "--iface", "lanB", "--source-mode", "rewrite"),
+        name=f"{PREFIX}-bridge",
+        ns=names["box"],
+        root=args.root,
+    )
     host = Host(names["hb"], answer_all=args.host_answers == "all")
     player = Player(names["pa"], PLAYER, 0)
     newcomer = Player(names["pa"], NEWCOMER, 0x4000)
     try:
-        deadline = time.monotonic() + 15
-        while "relaying between: lanA" not in log.read_text(errors="replace"):
-            if bridge.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"bridge did not start:\n{log.read_text(errors='replace')}")
-            time.sleep(0.05)
+        bridge.wait_for(READY_RELAY, 15)
         host.start()
         player.start()
         time.sleep(3)  # the player enumerates and is answered before the flood
@@ -324,7 +226,6 @@ def campaign(args: argparse.Namespace, names: dict[str, str]) -> dict[str, Any]:
             ],
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         peak_fds, peak_rss = fds0, rss0
         flood_started = time.monotonic()
@@ -343,14 +244,10 @@ def campaign(args: argparse.Namespace, names: dict[str, str]) -> dict[str, Any]:
         fds1, rss1 = process(bridge.pid)
         peak_fds, peak_rss = max(peak_fds, fds1), max(peak_rss, rss1)
         metrics = scrape(names["box"])
-        alive = bridge.poll() is None
+        alive = bridge.alive()
     finally:
         player.stopping = newcomer.stopping = host.stopping = True
-        bridge.send_signal(signal.SIGTERM)
-        try:
-            bridge.wait(10)
-        except subprocess.TimeoutExpired:
-            bridge.kill()
+        log = bridge.stop()
     players = {}
     for name, who in (("established", player), ("newcomer", newcomer)):
         players[name] = {
@@ -385,7 +282,7 @@ def campaign(args: argparse.Namespace, names: dict[str, str]) -> dict[str, Any]:
         "rss_kib": [rss0, peak_rss, rss1],
         "after_seconds": args.after,
         "alive": alive,
-        "traceback": "Traceback" in log.read_text(errors="replace"),
+        "traceback": "Traceback" in log,
     }
 
 
@@ -447,7 +344,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("flow_flood.py needs root (network namespaces, raw sockets)", file=sys.stderr)
         return 2
-    with namespaces() as names:
+    with topology() as names:
         result = campaign(args, names)
     report(result)
     if args.json:

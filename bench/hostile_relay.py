@@ -26,27 +26,23 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import socket
 import struct
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-ROOT: Final = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchlib.bridge import READY_RELAY, start_bridge
+from benchlib.frames import ipv4_udp
+from benchlib.metrics import by_label, kernel_counters, nft_counters, scrape
+from benchlib.netns import socket_in, two_segments
 
-from pyroute2 import netns  # noqa: E402
-
-from ipxbridge.wire.directplay import (  # noqa: E402 - after the path is set
+from ipxbridge.wire.directplay import (
     EnumSessions,
     SockAddr,
     build_dp8_enum_query,
@@ -55,13 +51,12 @@ from ipxbridge.wire.directplay import (  # noqa: E402 - after the path is set
 
 PREFIX: Final = f"hrl{os.getpid() % 100000}"
 PLAYER, VICTIM, BOX_A, BOX_A_BCAST = "10.74.1.10", "10.74.1.77", "10.74.1.1", "10.74.1.255"
-HOST, SEGMENT_B_HOST = "10.74.2.20", "10.74.2.99"
+BOX_B, HOST, SEGMENT_B_HOST = "10.74.2.1", "10.74.2.20", "10.74.2.99"
 DP4_PORT, DP8_PORT = 47624, 6073
 MAGIC: Final = b"HRL!"
 ETH_P_IP: Final = 0x0800
 LEGIT_EVERY: Final = 10  # one legitimate broadcast after every ten hostile frames
 ENUM_EVERY: Final = 0.5  # seconds between the real client's own enumerations
-METRICS: Final = "http://127.0.0.1:9213/metrics"
 MODES: Final = {
     "fast": ("--source-mode", "preserve", "--fast-path", "on"),
     "python": ("--source-mode", "preserve", "--fast-path", "off"),
@@ -70,39 +65,6 @@ MODES: Final = {
 
 
 # --- frames ------------------------------------------------------------------------------------
-
-
-def _checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    total: int = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
-def ipv4_udp(
-    src: tuple[str, int],
-    dst: tuple[str, int],
-    payload: bytes,
-    *,
-    ttl: int = 64,
-    udp_checksum: str = "good",  # good | bad | none
-    udp_length: int | None = None,  # the UDP length field, if it is to lie
-    ip_length: int | None = None,  # the IP total length field, if it is to lie
-) -> bytes:
-    """One IPv4/UDP packet with both checksums computed (unless told to lie)."""
-    saddr, daddr = socket.inet_aton(src[0]), socket.inet_aton(dst[0])
-    length = 8 + len(payload)
-    header = struct.pack("!HHHH", src[1], dst[1], length, 0)
-    pseudo = saddr + daddr + struct.pack("!BBH", 0, 17, length)
-    check = _checksum(pseudo + header + payload) or 0xFFFF
-    check = {"good": check, "bad": check ^ 0x5A5A, "none": 0}[udp_checksum]
-    udp = struct.pack("!HHHH", src[1], dst[1], udp_length or length, check) + payload
-    total = ip_length or 20 + len(udp)
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, total, 0, 0, ttl, 17, 0, saddr, daddr)
-    ip = ip[:10] + struct.pack("!H", _checksum(ip)) + ip[12:]
-    return ip + udp
 
 
 def tag(klass: int, seq: int) -> bytes:
@@ -193,68 +155,6 @@ LEGIT: Final = len(THREATS)  # class ids of the player's own traffic
 LEGIT_ENUM: Final = LEGIT + 1
 
 
-# --- namespaces ----------------------------------------------------------------------------
-
-
-def sh(*args: str, check: bool = True) -> str:
-    res = subprocess.run(list(args), capture_output=True, text=True, timeout=30, check=False)
-    if check and res.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {res.stderr.strip()}")
-    return res.stdout
-
-
-def nsexec(ns: str, *args: str, check: bool = True) -> str:
-    return sh("ip", "netns", "exec", ns, *args, check=check)
-
-
-@contextlib.contextmanager
-def topology() -> Iterator[dict[str, str]]:
-    names = {n: f"{PREFIX}_{n}" for n in ("pa", "box", "hb")}
-    try:
-        for ns in names.values():
-            sh("ip", "netns", "add", ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        links = (
-            ("pa", "eth0", f"{PLAYER}/24", "box", "lanA", f"{BOX_A}/24"),
-            ("box", "lanB", "10.74.2.1/24", "hb", "eth0", f"{HOST}/24"),
-        )
-        for a, if_a, addr_a, b, if_b, addr_b in links:
-            sh(
-                "ip",
-                "link",
-                "add",
-                if_a,
-                "netns",
-                names[a],
-                "type",
-                "veth",
-                "peer",
-                "name",
-                if_b,
-                "netns",
-                names[b],
-            )
-            for ns, ifname, addr in ((names[a], if_a, addr_a), (names[b], if_b, addr_b)):
-                sh("ip", "-n", ns, "addr", "add", addr, "brd", "+", "dev", ifname)
-                sh("ip", "-n", ns, "link", "set", ifname, "up")
-        sh("ip", "-n", names["hb"], "route", "add", "default", "via", "10.74.2.1")
-        yield names
-    finally:
-        for ns in names.values():
-            for pid in sh("ip", "netns", "pids", ns, check=False).split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), 9)
-            sh("ip", "netns", "del", ns, check=False)
-
-
-def socket_in(ns: str, family: int, kind: int, proto: int = 0) -> socket.socket:
-    netns.pushns(ns)
-    try:
-        return socket.socket(family, kind, proto)
-    finally:
-        netns.popns()
-
-
 # --- the receiving host --------------------------------------------------------------------
 
 
@@ -309,36 +209,17 @@ def _tag_of(data: bytes) -> int | None:
 def bridge_drops(ns: str) -> Counter[str]:
     """Relay drops by reason from /metrics, nft rule counters by comment ("nft:" prefix), and
     the kernel's own drop counters ("kernel:" prefix)."""
-    out: Counter[str] = Counter()
     # Read in-process, inside the namespace (a Python start-up per reading made each settle
     # take seconds under load): /metrics on its loopback, and its /proc/net counters.
-    netns.pushns(ns)
-    try:
-        with urllib.request.urlopen(METRICS, timeout=5) as res:
-            text = res.read().decode()
-        snmp = Path("/proc/self/net/snmp").read_text() + Path("/proc/self/net/netstat").read_text()
-    finally:
-        netns.popns()
-    for m in re.finditer(
-        r'^ipxbridge_dropped_packets_total\{[^}]*path="relay"[^}]*'
-        r'reason="(\w+)"[^}]*\} ([\d.e+]+)$',
-        text,
-        re.M,
-    ):
-        out[m[1]] += int(float(m[2]))
-    listing = nsexec(ns, "nft", "-j", "list", "table", "ip", "ipxbridge", check=False)
-    with contextlib.suppress(ValueError, KeyError):
-        for item in json.loads(listing)["nftables"]:
-            rule = item.get("rule")
-            if rule and rule.get("comment") and ">" not in rule["comment"]:
-                for expr in rule["expr"]:
-                    if "counter" in expr:
-                        out["nft:" + rule["comment"]] += expr["counter"]["packets"]
-    rows = snmp.splitlines()
-    for head, values in zip(rows[::2], rows[1::2], strict=False):
-        for name, value in zip(head.split()[1:], values.split()[1:], strict=False):
-            if head.startswith(("Udp:", "IpExt:")):
-                out["kernel:" + name] += int(value)
+    metrics = scrape(ns)
+    out = Counter(by_label(metrics, "ipxbridge_dropped_packets_total", "reason", 'path="relay"'))
+    for comment, packets in nft_counters(ns, "ipxbridge", missing_ok=True).items():
+        if ">" not in comment:  # the copy rules (lanA>lanB); the drops carry their reason
+            out["nft:" + comment] += packets
+    kernel = kernel_counters(ns)
+    for section in ("Udp", "IpExt"):
+        for name, value in kernel.get(section, {}).items():
+            out["kernel:" + name] += value
     out["kernel:martian"] = _martians()
     return out
 
@@ -371,27 +252,13 @@ def settle(ns: str, rx: Receiver) -> Counter[str]:
 
 
 def run_mode(mode: str, names: dict[str, str], count: int, rate: float) -> dict[str, Any]:
-    log = Path(tempfile.mkstemp(prefix=f"hostile-{mode}-", suffix=".log")[1])
-    args = (
-        "--ipx-listen",
-        "off",
-        "--metrics-listen",
-        "127.0.0.1:9213",
-        "--iface",
-        "lanA",
-        "--iface",
-        "lanB",
-        *MODES[mode],
+    bridge = start_bridge(
+        *("--ipx-listen", "off", "--metrics-listen", "127.0.0.1:9213"),
+        *("--iface", "lanA", "--iface", "lanB", *MODES[mode]),
+        name=f"{PREFIX}-{mode}",
+        ns=names["box"],
+        ready=READY_RELAY,
     )
-    with log.open("w") as out:
-        cmd = ["ip", "netns", "exec", names["box"], sys.executable, "-m", "ipxbridge", "run"]
-        bridge = subprocess.Popen([*cmd, *args], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    deadline = time.monotonic() + 20
-    while "relaying between: lanA" not in log.read_text():
-        if bridge.poll() is not None or time.monotonic() > deadline:
-            bridge.kill()
-            raise RuntimeError(f"bridge did not start:\n{log.read_text()}")
-        time.sleep(0.05)
     rx = Receiver(names["hb"])
     rx.open()
     tx = socket_in(names["pa"], socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_IP))
@@ -443,13 +310,7 @@ def run_mode(mode: str, names: dict[str, str], count: int, rate: float) -> dict[
     finally:
         tx.close()
         rx.close()
-        bridge.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            bridge.wait(10)
-        if bridge.poll() is None:
-            bridge.kill()
-    text = log.read_text()
-    log.unlink()
+        text = bridge.stop()
     return {"mode": mode, "rows": rows, "tracebacks": text.count("Traceback")}
 
 
@@ -509,7 +370,9 @@ def main() -> int:
         return 2
     results = []
     failures: list[str] = []
-    with topology() as names:
+    with two_segments(
+        PREFIX, pa=f"{PLAYER}/24", box_a=f"{BOX_A}/24", box_b=f"{BOX_B}/24", hb=f"{HOST}/24"
+    ) as names:
         for mode in a.modes.split(","):
             result = run_mode(mode, names, a.count, a.rate)
             report(result, a.count, a.rate)

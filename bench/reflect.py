@@ -22,23 +22,16 @@ unverified budget to 0 and the credit ratio to 1 (README, "Unverified clients").
 import argparse
 import contextlib
 import os
-import signal
 import socket
-import struct
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchlib.bridge import READY_IPX, start_bridge
+from benchlib.frames import ipv4_udp, ipx_broadcast
+from benchlib.netns import namespaces, sh, socket_in, veth
 
-from pyroute2 import netns  # noqa: E402
-
-from ipxbridge.wire import ipx  # noqa: E402 - after the path is set
+from ipxbridge.wire import ipx
 
 PREFIX = f"rfl{os.getpid() % 100000}"
 BOX_IPS = ("10.71.1.1", "10.71.2.1", "10.71.3.1")
@@ -53,74 +46,22 @@ STRICT_ENV = {
 }
 
 
-def sh(*args: str) -> None:
-    subprocess.run(args, check=True, capture_output=True, timeout=30)
-
-
 @contextlib.contextmanager
-def namespaces() -> Iterator[dict[str, str]]:
+def topology() -> Iterator[dict[str, str]]:
     names = {n: f"{PREFIX}_{n}" for n in ("box", "player", "victim", "attacker")}
-    try:
-        for ns in names.values():
-            sh("ip", "netns", "add", ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
+    with namespaces(*names.values()):
         for i, (who, ip) in enumerate(
             (("player", PLAYER), ("victim", VICTIM), ("attacker", ATTACKER))
         ):
-            box_if, peer_if = f"l{i}", "eth0"
-            sh(
-                "ip",
-                "link",
-                "add",
-                box_if,
-                "netns",
-                names["box"],
-                "type",
-                "veth",
-                "peer",
-                "name",
-                peer_if,
-                "netns",
-                names[who],
-            )
-            sh("ip", "-n", names["box"], "addr", "add", f"{BOX_IPS[i]}/24", "dev", box_if)
-            sh("ip", "-n", names[who], "addr", "add", f"{ip}/24", "dev", peer_if)
-            sh("ip", "-n", names["box"], "link", "set", box_if, "up")
-            sh("ip", "-n", names[who], "link", "set", peer_if, "up")
+            box_end = (names["box"], f"l{i}", f"{BOX_IPS[i]}/24")
+            veth(box_end, (names[who], "eth0", f"{ip}/24"), brd=False)
             sh("ip", "-n", names[who], "route", "add", "default", "via", BOX_IPS[i])
         yield names
-    finally:
-        for ns in names.values():
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
-
-
-@contextlib.contextmanager
-def inside(ns: str) -> Iterator[None]:
-    """Create sockets inside ``ns`` from this process (they stay bound to it)."""
-    netns.pushns(ns)
-    try:
-        yield
-    finally:
-        netns.popns()
 
 
 def spoofed(src: str, sport: int, dst: str, dport: int, payload: bytes) -> bytes:
-    """An IPv4/UDP datagram with a chosen source (the kernel fills id and IP checksum)."""
-    udp = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
-    header = struct.pack(
-        "!BBHHHBBH4s4s",
-        0x45,
-        0,
-        20 + len(udp),
-        0,
-        0,
-        64,
-        socket.IPPROTO_UDP,
-        0,
-        socket.inet_aton(src),
-        socket.inet_aton(dst),
-    )
-    return header + udp
+    """An IPv4/UDP datagram with a chosen source (no UDP checksum)."""
+    return ipv4_udp((src, sport), (dst, dport), payload, udp_checksum="none")
 
 
 class VictimCounter(threading.Thread):
@@ -128,8 +69,7 @@ class VictimCounter(threading.Thread):
 
     def __init__(self, ns: str) -> None:
         super().__init__(daemon=True)
-        with inside(ns):
-            self.sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+        self.sock = socket_in(ns, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
         self.sock.settimeout(0.2)
         self.packets = 0
         self.bytes = 0
@@ -150,48 +90,27 @@ class VictimCounter(threading.Thread):
 def attack(
     names: dict[str, str], kind: str, seconds: float, registrations: int, env: dict[str, str]
 ) -> dict[str, float]:
-    log = (Path(tempfile.gettempdir()) / f"{PREFIX}-{kind}.log").open("w")
-    bridge = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            names["box"],
-            sys.executable,
-            "-m",
-            "ipxbridge",
-            "run",
-            "--metrics-listen",
-            "off",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        cwd=ROOT,
-        env={**os.environ, **env},
+    bridge = start_bridge(
+        *("--metrics-listen", "off"),
+        name=f"{PREFIX}-{kind}",
+        ns=names["box"],
+        ready=READY_IPX,
+        env=env,
     )
     try:
-        time.sleep(1.5)
         counter = VictimCounter(names["victim"])
         counter.start()
-        with inside(names["player"]):
-            player = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        player = socket_in(names["player"], socket.AF_INET, socket.SOCK_DGRAM)
         player.settimeout(2)
         server = (BOX_IPS[0], 213)
         player.sendto(ipx.build_registration(), server)
         node = ipx.parse_header(player.recvfrom(2048)[0]).dst_node
-        with inside(names["attacker"]):
-            raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+        raw = socket_in(names["attacker"], socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
         target = BOX_IPS[2]
         spoofed_bytes = 0
         if kind == "rejoin":
             victim_node = ipx.dosbox_node(VICTIM, VICTIM_PORT)
-            pkt = ipx.build_packet(
-                dst_node=ipx.BROADCAST_NODE,
-                dst_socket=0x4545,
-                src_node=victim_node,
-                src_socket=0x4545,
-                payload=b"x" * 30,
-            )
+            pkt = ipx_broadcast(victim_node, b"x" * 30)
             raw.sendto(spoofed(VICTIM, VICTIM_PORT, target, 213, pkt), (target, 0))
             spoofed_bytes += len(pkt)
         else:
@@ -205,16 +124,7 @@ def attack(
         seq = 0
         while time.monotonic() < end:
             payload = seq.to_bytes(4, "big") + bytes(196)
-            player.sendto(
-                ipx.build_packet(
-                    dst_node=ipx.BROADCAST_NODE,
-                    dst_socket=0x4545,
-                    src_node=node,
-                    src_socket=0x4545,
-                    payload=payload,
-                ),
-                server,
-            )
+            player.sendto(ipx_broadcast(node, payload), server)
             seq += 1
             with contextlib.suppress(BlockingIOError):
                 while True:
@@ -233,9 +143,7 @@ def attack(
             "player_broadcasts": seq,
         }
     finally:
-        bridge.send_signal(signal.SIGTERM)
-        bridge.wait(10)
-        log.close()
+        bridge.stop()
 
 
 def main() -> int:
@@ -250,7 +158,7 @@ def main() -> int:
         f"player: 20 broadcasts/s of 200 B for {args.seconds:g} s"
     )
     worst = 0.0
-    with namespaces() as names:
+    with topology() as names:
         for kind in ("rejoin", "register"):
             r = attack(names, kind, args.seconds, args.registrations, env)
             baf = r["victim_bytes"] / r["spoofed_bytes"]
