@@ -45,6 +45,7 @@ from ipxbridge.policy.relay import (
     Egress,
     Selection,
     build_plan,
+    selection_for,
     wireguard_reads,
 )
 from ipxbridge.policy.topology import Interface, Topology, select
@@ -144,17 +145,6 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     )
 
 
-def _selection_of(iface: Interface, selections: Sequence[Selection]) -> Selection | None:
-    """The selection that decides ``iface``'s role and peers: the first that matches it.
-
-    The rule of ``policy.relay.build_plan`` (its private ``_chosen``), kept here until the
-    relay module offers it: this only labels where a role or peers came from, the plan
-    itself is build_plan's.
-    """
-    alone = Topology((iface,))
-    return next((s for s in selections if select(alone, [s.pattern])), None)
-
-
 def _down_reason(iface: Interface) -> str:
     if not iface.flags:
         return "down: skipped"  # the netifaces view knows no flags
@@ -229,7 +219,7 @@ def describe(
     primary = topology.primary
     rows: list[InterfaceReport] = []
     for iface in topology.interfaces:
-        sel = None if iface.is_loopback else _selection_of(iface, chosen)
+        sel = None if iface.is_loopback else selection_for(iface, chosen)
         role = sel.role if sel is not None and sel.role != "auto" else iface.role
         egress = by_index.get(iface.index)
         notes: tuple[str, ...] = ()

@@ -393,6 +393,16 @@ class Selection:
     peers: tuple[str, ...] = ()
 
 
+def selection_for(iface: Interface, selections: Sequence[Selection]) -> Selection | None:
+    """The selection that decides ``iface``'s role and peers: the first that matches it.
+
+    The same rule ``_chosen`` applies while it walks the selections in order (``ipxbridge
+    interfaces`` uses this one to say where a role or peers came from).
+    """
+    alone = Topology((iface,))
+    return next((s for s in selections if select(alone, [s.pattern])), None)
+
+
 def _chosen(
     topology: Topology, selections: tuple[Selection, ...]
 ) -> Iterator[tuple[Interface, Selection, str]]:
