@@ -23,11 +23,11 @@
   address and handles ``FAIR_TURN`` datagrams per turn, round robin over the sources, turn
   after turn until the queues are empty; a flooder's excess is dropped as ``fair_share``
   before it costs a decision, an inspection or a copy.
-* The books balance (``RelayCounters.balanced``): every datagram read from any relay socket —
-  a broadcast on a relay port, a host's answer on a flow socket, a player's datagram on a
-  return socket — is counted once as received, on the interface it arrived on, and then once
-  as relayed or once as dropped with one reason (the same rule as the IPX path's
-  ``obs/counters.py``). A relayed datagram whose copies the kernel refuses is still relayed;
+* The books balance (``RelayCounters.balanced``, in ``obs/counters.py``): every datagram
+  read from any relay socket — a broadcast on a relay port, a host's answer on a flow socket,
+  a player's datagram on a return socket — is counted once as received, on the interface it
+  arrived on, and then once as relayed or once as dropped with one reason (the same rule as
+  the IPX path's). A relayed datagram whose copies the kernel refuses is still relayed;
   the refusals are send errors.
 """
 
@@ -36,12 +36,12 @@ import errno
 import logging
 import socket
 import struct
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ipxbridge.io.sockstats import socket_drops
+from ipxbridge.obs.counters import RelayCounters
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.fairness import FairQueue
 from ipxbridge.policy.flows import FlowKey, FlowLimits, FlowTable
@@ -82,51 +82,6 @@ _PKTINFO: Final = struct.Struct("=i")
 IPPROTO_IP: Final = socket.IPPROTO_IP
 inet_ntoa: Final = socket.inet_ntoa
 _Datagram = tuple[bytes, list[tuple[int, int, bytes]], int, Any]  # what recvmsg returns
-
-
-@dataclass(slots=True)
-class RelayCounters:
-    """Relay accounting; every received datagram is relayed or dropped with one reason.
-
-    ``received`` counts datagrams read from every relay socket (relay ports, flow sockets,
-    return sockets) and ``received_by_ifindex`` the same datagrams by ingress interface, so
-    both sum to the same total. ``replies`` is the part of ``relayed`` that went from a host
-    back to a player.
-    """
-
-    received: int = 0
-    received_bytes: int = 0
-    received_by_ifindex: Counter[int] = field(default_factory=Counter)
-    relayed: int = 0
-    dropped: Counter[str] = field(default_factory=Counter)
-    copies: Counter[str] = field(default_factory=Counter)  # by egress interface
-    send_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (iface, errno)
-    sockaddr_rewrites: int = 0
-    replies: int = 0  # host -> player datagrams through the flow table (rewrite mode)
-    flows_evicted: Counter[str] = field(default_factory=Counter)  # policy/flows.py reasons
-    flows_refused: Counter[str] = field(default_factory=Counter)  # policy/flows.py reasons
-
-    def balanced(self) -> bool:
-        """True when every received datagram has exactly one recorded outcome."""
-        outcomes = self.relayed + sum(self.dropped.values())
-        return self.received == outcomes == sum(self.received_by_ifindex.values())
-
-    def count_received(self, data: bytes, ifindex: int) -> None:
-        """One datagram read from a relay socket on interface ``ifindex``."""
-        self.received += 1
-        self.received_bytes += len(data)
-        self.received_by_ifindex[ifindex] += 1
-
-    def summary(self) -> str:
-        """One line for the log on stop."""
-        drops = ", ".join(f"{k}={v}" for k, v in sorted(self.dropped.items())) or "none"
-        copies = ", ".join(f"{k}={v}" for k, v in sorted(self.copies.items())) or "none"
-        errs = ", ".join(f"{i}/{e}={v}" for (i, e), v in sorted(self.send_errors.items()))
-        return (
-            f"received={self.received} relayed={self.relayed} dropped="
-            f"{sum(self.dropped.values())} ({drops}) copies=({copies}) "
-            f"send_errors=({errs or 'none'}) replies={self.replies}"
-        )
 
 
 def parse_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, str, int, int]:

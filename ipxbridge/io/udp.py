@@ -21,9 +21,8 @@ from typing import Final
 
 from ipxbridge.errors import StartupError
 from ipxbridge.io.sockstats import socket_drops
-from ipxbridge.obs.counters import IpxCounters
+from ipxbridge.obs.counters import IpxCounters, LatencyHistogram
 from ipxbridge.obs.logging import RateLimiter
-from ipxbridge.obs.metrics import LatencyHistogram
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.switch import Address, IpxSwitch, Outcome
 from ipxbridge.wire.ipx import HEADER_LEN, SOCKET_DPLAY_DISCOVERY, IpxHeader, dosbox_node
@@ -33,7 +32,6 @@ logger = logging.getLogger(__name__)
 RECV_BUFSIZE: Final = 65_535  # datagrams up to 65,507 bytes are accepted
 MAX_PER_WAKEUP: Final = 512
 SOCKET_BUFFER: Final = 8 << 20
-TICK_SECONDS: Final = 1.0
 # The bridge's own socket for DirectPlay probes (dynamic range 0x4000-0x7FFF).
 PROBE_SOCKET: Final = 0x7A57
 
@@ -121,7 +119,6 @@ class IpxEndpoint:
         self.inspector = inspector
         self.latency = latency or LatencyHistogram()
         self._sample = 0
-        self._timer: asyncio.TimerHandle | None = None
         self._event_log = RateLimiter(rate=2.0, burst=20)
         self._drop_log = RateLimiter(rate=5.0, burst=20)  # per-packet lines: debug only
 
@@ -136,14 +133,11 @@ class IpxEndpoint:
         return socket_drops((self._sock,))
 
     def start(self) -> None:
-        """Begin reading and ticking."""
+        """Begin reading (the owner calls ``tick`` once a second)."""
         self._loop.add_reader(self._sock.fileno(), self._on_readable)
-        self._timer = self._loop.call_later(TICK_SECONDS, self._on_tick)
 
     def close(self) -> None:
         """Stop reading and close the socket."""
-        if self._timer is not None:
-            self._timer.cancel()
         self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
 
@@ -232,18 +226,14 @@ class IpxEndpoint:
             self._send(packet, addr)
         return len(packets)
 
-    def _on_tick(self) -> None:
-        try:
-            for packet, addr in self.switch.tick(self._loop.time()):
-                self._send(packet, addr)
-            self._log_events()
-            if self._event_log.suppressed:
-                logger.warning(
-                    "%d client events not logged (rate limit)", self._event_log.suppressed
-                )
-                self._event_log.suppressed = 0
-        finally:
-            self._timer = self._loop.call_later(TICK_SECONDS, self._on_tick)
+    def tick(self, now: float) -> None:
+        """The switch's timers: keepalives, probes, expiry (``IpxSwitch.tick``)."""
+        for packet, addr in self.switch.tick(now):
+            self._send(packet, addr)
+        self._log_events()
+        if self._event_log.suppressed:
+            logger.warning("%d client events not logged (rate limit)", self._event_log.suppressed)
+            self._event_log.suppressed = 0
 
     def _log_events(self) -> None:
         now = self._loop.time()

@@ -7,10 +7,9 @@ reasons, interfaces the operator selected, DirectPlay command labels, game title
 table plus ``other`` — never peer IPs, IPX nodes or session names.
 """
 
-import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Final
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import (
@@ -22,12 +21,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from ipxbridge import __version__
-from ipxbridge.obs.counters import IpxCounters
-from ipxbridge.policy.dplay_inspect import Inspector
+from ipxbridge.obs.counters import BUCKETS, IpxCounters, LatencyHistogram
 from ipxbridge.policy.flows import FLOW_EVICTION_REASONS, FLOW_REFUSAL_REASONS
 from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
 from ipxbridge.policy.relay import Egress
-from ipxbridge.policy.sessions import SessionTable
 from ipxbridge.policy.switch import POLICY_DROP_REASONS
 from ipxbridge.wire.errors import WIRE_REASONS
 
@@ -41,37 +38,6 @@ RELAY_DROP_REASONS: Final = frozenset(
     {*RELAY_POLICY_DROPS, "truncated", "flow_limit", "return_not_player", "flow_refused"}
     | {"fair_share"}
 )
-
-# Forwarding latency buckets: 25 us .. 10 ms (house style B1).
-BUCKETS: Final = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3)
-
-
-@dataclass(slots=True)
-class LatencyHistogram:
-    """A histogram in plain integers (sampled by the caller)."""
-
-    counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
-    total: float = 0.0
-
-    def observe(self, seconds: float) -> None:
-        """Count one observation."""
-        self.counts[bisect.bisect_left(BUCKETS, seconds)] += 1
-        self.total += seconds
-
-
-class MetricsSource(Protocol):
-    """The parts of the running bridge the collector reads (app.Bridge satisfies this)."""
-
-    ipx_counters: IpxCounters
-    inspector: Inspector
-    sessions: SessionTable
-    reload_ok: bool
-    reload_success_at: float
-    latency: LatencyHistogram
-
-    def relay_snapshot(self) -> "RelaySnapshot": ...  # noqa: D102
-    def ipx_snapshot(self) -> "IpxSnapshot": ...  # noqa: D102
-    def monotonic(self) -> float: ...  # noqa: D102
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,26 +69,50 @@ class RelaySnapshot:
 
 @dataclass(frozen=True, slots=True)
 class IpxSnapshot:
-    """IPX tunnel membership at scrape time."""
+    """The IPX tunnel at scrape time: membership, and its live counters (read as collected)."""
 
     enabled: bool = False
     clients: int = 0
     peers: int = 0
     kernel_drops: int | None = None  # at the IPX socket; None: unknown (no /proc)
+    counters: IpxCounters = field(default_factory=IpxCounters)
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+
+
+@dataclass(frozen=True, slots=True)
+class DirectPlaySnapshot:
+    """The DirectPlay inspector and the game list at scrape time."""
+
+    messages: dict[tuple[int, str], int] = field(default_factory=dict)  # (version, command)
+    errors: dict[str, int] = field(default_factory=dict)  # malformed, by reason
+    sessions: dict[tuple[str, bool], int] = field(default_factory=dict)  # (game, open)
+    players: dict[str, int] = field(default_factory=dict)  # by game
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeSnapshot:
+    """Everything the collector reads, taken from the feature services at each scrape."""
+
+    ipx: IpxSnapshot = field(default_factory=IpxSnapshot)
+    relay: RelaySnapshot = field(default_factory=RelaySnapshot)
+    directplay: DirectPlaySnapshot = field(default_factory=DirectPlaySnapshot)
+    reload_ok: bool = True
+    reload_success_at: float = 0.0
 
 
 class BridgeCollector(Collector):
     """Builds every ipxbridge metric family from the live counters."""
 
-    def __init__(self, source: MetricsSource) -> None:
-        self.source = source
+    def __init__(self, snapshot: Callable[[], BridgeSnapshot]) -> None:
+        self.snapshot = snapshot
 
     def collect(self) -> Iterator[Metric]:
         """Yield the families (called by prometheus_client on each scrape)."""
-        src = self.source
-        ipx = src.ipx_counters
-        relay = src.relay_snapshot()
-        ipx_state = src.ipx_snapshot()
+        src = self.snapshot()
+        ipx_state = src.ipx
+        ipx = ipx_state.counters
+        relay = src.relay
+        dplay = src.directplay
 
         info = GaugeMetricFamily(
             "ipxbridge_build_info", "Build information (always 1).", labels=["version"]
@@ -284,7 +274,7 @@ class BridgeCollector(Collector):
             "DirectPlay messages seen, by version and command.",
             labels=["version", "command"],
         )
-        for (version, command), n in sorted(src.inspector.messages.items()):
+        for (version, command), n in sorted(dplay.messages.items()):
             messages.add_metric([str(version), command], n)
         yield messages
         malformed = CounterMetricFamily(
@@ -292,7 +282,7 @@ class BridgeCollector(Collector):
             "Malformed DirectPlay payloads, by reason.",
             labels=["reason"],
         )
-        for reason, n in sorted(src.inspector.errors.items()):
+        for reason, n in sorted(dplay.errors.items()):
             malformed.add_metric([reason], n)
         yield malformed
 
@@ -307,10 +297,9 @@ class BridgeCollector(Collector):
             "Players in live DirectPlay sessions, by game.",
             labels=["game"],
         )
-        now = src.monotonic()
-        for (game, is_open), count in sorted(src.sessions.sessions_by_game_and_open(now).items()):
+        for (game, is_open), count in sorted(dplay.sessions.items()):
             sessions.add_metric([game, "true" if is_open else "false"], count)
-        for game, (_count, n) in sorted(src.sessions.players_by_game(now).items()):
+        for game, n in sorted(dplay.players.items()):
             players.add_metric([game], n)
         yield sessions
         yield players
@@ -344,7 +333,7 @@ class BridgeCollector(Collector):
             events.add_metric([kind], n)
         yield events
 
-        hist = src.latency
+        hist = ipx_state.latency
         buckets: list[tuple[str, float]] = []
         running = 0
         for bound, n in zip((*BUCKETS, float("inf")), hist.counts, strict=True):
@@ -371,9 +360,9 @@ class BridgeCollector(Collector):
         yield reload_ts
 
 
-def make_registry(source: MetricsSource) -> CollectorRegistry:
-    """A private registry: the bridge's metrics plus the process collector."""
+def make_registry(snapshot: Callable[[], BridgeSnapshot]) -> CollectorRegistry:
+    """A private registry: the bridge's metrics (``snapshot`` at each scrape), process too."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BridgeCollector(source))
+    registry.register(BridgeCollector(snapshot))
     ProcessCollector(registry=registry)
     return registry

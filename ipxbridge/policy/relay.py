@@ -74,6 +74,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Final
 
+from ipxbridge.errors import StartupError
 from ipxbridge.policy.dedup import LoopFilter
 from ipxbridge.policy.topology import Interface, Topology, select
 from ipxbridge.wire.directplay import (
@@ -135,6 +136,50 @@ class SourceMode(StrEnum):
 
     PRESERVE = "preserve"  # raw IP_HDRINCL: the player's own source address and port
     REWRITE = "rewrite"  # the bridge's address; replies come back through the flow table
+
+
+@dataclass(frozen=True, slots=True)
+class RelayMode:
+    """How the relay runs: its source mode, and whether the kernel makes the copies."""
+
+    source_mode: SourceMode
+    fast_path: bool
+
+
+def choose_relay_mode(
+    source_mode: str, fast_path: str, raw_sockets: bool, fast_path_unavailable: str | None
+) -> RelayMode:
+    """The relay's mode from the configuration and what this host allows.
+
+    ``auto`` source mode is preserve when raw sockets may be opened (CAP_NET_RAW), else
+    rewrite. The nftables fast path copies only in preserve mode (the kernel keeps the
+    player's source); ``auto`` uses it when ``fast_path_unavailable`` is None, ``on`` insists.
+
+    Args:
+        source_mode: ``relay.source_mode``: auto, preserve or rewrite.
+        fast_path: ``relay.fast_path``: auto, on or off.
+        raw_sockets: whether raw sockets may be opened here.
+        fast_path_unavailable: why nft cannot change rules here, or None when it can (only
+            asked when ``fast_path`` is not off).
+
+    Raises:
+        StartupError: a mode that was asked for explicitly cannot run here.
+    """
+    if source_mode == "auto":
+        source_mode = "preserve" if raw_sockets else "rewrite"
+    elif source_mode == "preserve" and not raw_sockets:
+        raise StartupError(
+            "--source-mode preserve needs raw sockets: run as root or grant "
+            "CAP_NET_RAW (docker --cap-add NET_RAW), or use rewrite"
+        )
+    why_not = fast_path_unavailable if fast_path != "off" else "off in the config"
+    fast = source_mode == "preserve" and why_not is None
+    if fast_path == "on" and not fast:
+        raise StartupError(
+            "relay.fast_path is on but cannot be used: "
+            f"{why_not or 'it needs --source-mode preserve'}"
+        )
+    return RelayMode(SourceMode(source_mode), fast)
 
 
 @dataclass(frozen=True, slots=True)

@@ -233,7 +233,8 @@ def test_bridge_runs_as_10001_with_only_its_capabilities_and_relays(
         launcher.argv(box, COMPOSE_CAPS, (*args, "--fast-path", "off")),
         launcher.env("ipxbridge"),
         workdir,
-        ready=r"(?s)IPX tunnel on udp 0\.0\.0\.0:213.*relaying between: .*lanA.*lanB",
+        # both services up, in either order (the relay starts first: R18)
+        ready=r"(?s)(?=.*IPX tunnel on udp 0\.0\.0\.0:213)(?=.*relaying between: .*lanA.*lanB)",
     )
     try:
         # every exec along the way kept the pid: this is the bridge itself

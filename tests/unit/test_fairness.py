@@ -7,7 +7,8 @@ import socket
 import pytest
 
 from ipxbridge.io import relay as relay_io
-from ipxbridge.io.relay import BroadcastRelay, RelayCounters
+from ipxbridge.io.relay import BroadcastRelay
+from ipxbridge.obs.counters import RelayCounters
 from ipxbridge.policy.fairness import FairQueue
 from ipxbridge.policy.relay import RelayPolicy, RelaySettings
 

@@ -3,42 +3,12 @@ across table replacements (each install zeroes them), exported with closed reaso
 
 import json
 import subprocess
-from dataclasses import dataclass, field
 
 import pytest
 from prometheus_client import generate_latest
 
-from ipxbridge.games import game_table
 from ipxbridge.io.nftables import FASTPATH_DROP_REASONS, KernelFanout, parse_counters
-from ipxbridge.obs.counters import IpxCounters
-from ipxbridge.obs.metrics import IpxSnapshot, LatencyHistogram, RelaySnapshot, make_registry
-from ipxbridge.policy.dplay_inspect import Inspector
-from ipxbridge.policy.reassembly import Reassembler
-from ipxbridge.policy.sessions import SessionTable
-
-
-@dataclass
-class Source:
-    """Just enough of a bridge for the collector (obs.metrics.MetricsSource)."""
-
-    relay: RelaySnapshot
-    ipx_counters: IpxCounters = field(default_factory=IpxCounters)
-    sessions: SessionTable = field(default_factory=lambda: SessionTable(game_table(), 60, 10))
-    reload_ok: bool = True
-    reload_success_at: float = 0.0
-    latency: LatencyHistogram = field(default_factory=LatencyHistogram)
-
-    def __post_init__(self) -> None:
-        self.inspector = Inspector(self.sessions, Reassembler())
-
-    def relay_snapshot(self) -> RelaySnapshot:
-        return self.relay
-
-    def ipx_snapshot(self) -> IpxSnapshot:
-        return IpxSnapshot()
-
-    def monotonic(self) -> float:
-        return 0.0
+from ipxbridge.obs.metrics import BridgeSnapshot, RelaySnapshot, make_registry
 
 
 def listing(marked: int, copies: int, uninspected: int, handle: int = 1) -> str:
@@ -110,13 +80,13 @@ def test_install_folds_the_old_tables_counters_in_first(monkeypatch: pytest.Monk
 
 
 def test_fastpath_drops_are_exported_with_closed_reasons_only_on_the_fast_path() -> None:
-    src = Source(RelaySnapshot(enabled=True, fastpath_dropped={"marked": 3, "uninspected": 4}))
-    text = generate_latest(make_registry(src)).decode()
+    fast = RelaySnapshot(enabled=True, fastpath_dropped={"marked": 3, "uninspected": 4})
+    text = generate_latest(make_registry(lambda: BridgeSnapshot(relay=fast))).decode()
     for reason, n in (("marked", 3), ("uninspected", 4)):
         assert f'ipxbridge_fastpath_dropped_packets_total{{reason="{reason}"}} {n}.0' in text
     assert set(FASTPATH_DROP_REASONS) == {"marked", "uninspected"}
-    src.relay = RelaySnapshot(enabled=True)  # the Python path: no such drops exist
+    python = RelaySnapshot(enabled=True)  # the Python path: no such drops exist
     assert (
         "ipxbridge_fastpath_dropped_packets_total{"
-        not in generate_latest(make_registry(src)).decode()
+        not in generate_latest(make_registry(lambda: BridgeSnapshot(relay=python))).decode()
     )

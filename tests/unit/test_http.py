@@ -11,9 +11,10 @@ from ipxbridge.app import Bridge
 from ipxbridge.config import load_config
 
 
-async def request(port: int, raw: bytes) -> tuple[int, bytes]:
+async def request(port: int, path: str) -> tuple[int, bytes]:
+    """One GET on its own connection (HTTP/1.1 wants Host; close so read() ends)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(raw)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
     await writer.drain()
     data = await asyncio.wait_for(reader.read(), 5)
     writer.close()
@@ -29,12 +30,12 @@ def test_health_turns_503_when_the_loop_heartbeat_is_stale() -> None:
         bridge = Bridge(config)
         await bridge.start()
         try:
-            assert await request(21998, b"GET /-/healthy HTTP/1.1\r\n\r\n") == (200, b"ok\n")
-            bridge.heartbeat -= 10  # as if the loop had been stuck for 10 s
-            status, body = await request(21998, b"GET /-/healthy HTTP/1.1\r\n\r\n")
+            assert await request(21998, "/-/healthy") == (200, b"ok\n")
+            bridge.health.heartbeat -= 10  # as if the loop had been stuck for 10 s
+            status, body = await request(21998, "/-/healthy")
             assert status == 503
             assert b"heartbeat" in body
-            status, body = await request(21998, b"GET /api/sessions HTTP/1.1\r\n\r\n")
+            status, body = await request(21998, "/api/sessions")
             assert (status, json.loads(body)) == (200, [])
         finally:
             await bridge.stop()

@@ -1,6 +1,7 @@
 """House style rule 1: ``wire`` and ``policy`` are pure, and imports point inward."""
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,52 @@ def test_pure_layers(layer: str) -> None:
                 assert any(name == a or name.startswith(a + ".") for a in ALLOWED[layer]), (
                     f"{path.name} imports {name}, outside its layer"
                 )
+
+
+# The outer layers (issue 12 item 5). io/ reports through the plain counters of obs/counters
+# and logs through obs/logging; it never pulls in the exposition (prometheus_client), the
+# HTTP server (aiohttp) or the composition root. obs/ reads policy/ and wire/ and never
+# reaches into io/ or app/. Only app/ wires them together.
+OUTER = {
+    "io": (
+        {"ipxbridge.errors", "ipxbridge.wire", "ipxbridge.policy", "ipxbridge.io"}
+        | {"ipxbridge.obs.counters", "ipxbridge.obs.logging"},
+        {"prometheus_client", "aiohttp"},
+    ),
+    "obs": (
+        {"ipxbridge", "ipxbridge.errors", "ipxbridge.wire", "ipxbridge.policy", "ipxbridge.obs"},
+        set(),
+    ),
+}
+PLAIN_OBS = ("counters", "logging")  # what io/ may import from obs/: no third-party imports
+
+
+@pytest.mark.parametrize("layer", sorted(OUTER))
+def test_outer_layers_import_only_inward(layer: str) -> None:
+    allowed, forbidden = OUTER[layer]
+    files = sorted((PKG / layer).glob("*.py"))
+    assert files
+    wrong = []
+    for path in files:
+        for name in imports(path):
+            top = name.split(".")[0]
+            if top in forbidden:
+                wrong.append(f"{layer}/{path.name} imports {name}")
+            elif top == "ipxbridge" and not any(
+                name == a or name.startswith(a + ".") for a in allowed
+            ):
+                wrong.append(f"{layer}/{path.name} imports {name}, outside its layer")
+    assert wrong == []
+
+
+@pytest.mark.parametrize("module", PLAIN_OBS)
+def test_what_io_reads_from_obs_is_plain(module: str) -> None:
+    third_party = {
+        name
+        for name in imports(PKG / "obs" / f"{module}.py")
+        if name.split(".")[0] not in {"ipxbridge", *sys.stdlib_module_names}
+    }
+    assert third_party == set()
 
 
 # Well-known ports: each defined once, by the codec of its protocol (issue 12 item 2). They

@@ -16,6 +16,7 @@ from ipxbridge.io import netlink
 from ipxbridge.io import relay as relay_io
 from ipxbridge.io.relay import BroadcastRelay
 from ipxbridge.obs import metrics
+from ipxbridge.obs.counters import RelayCounters
 from ipxbridge.policy.relay import RelayPolicy, RelaySettings
 from ipxbridge.policy.topology import Interface, InterfaceAddress, Topology
 
@@ -35,7 +36,7 @@ def test_a_truncated_datagram_has_one_outcome_and_an_interface(
     its own and under no interface, so the per-interface received figures did not add up."""
     monkeypatch.setattr(relay_io, "RECV_SIZE", 16)
 
-    async def main() -> relay_io.RelayCounters:
+    async def main() -> RelayCounters:
         loop = asyncio.get_running_loop()
         port = free_udp_port()
         relay = BroadcastRelay(loop, RelayPolicy(RelaySettings()), (port,))
@@ -124,7 +125,8 @@ def wg_site(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Config:
 
 def plan(bridge: Bridge) -> list[tuple[str, tuple[str, ...]]]:
     assert bridge.relay is not None
-    return [(e.name, e.peers) for e in bridge.relay.policy.egresses]
+    assert bridge.relay.relay is not None  # the BroadcastRelay: the plan it really applied
+    return [(e.name, e.peers) for e in bridge.relay.relay.policy.egresses]
 
 
 def test_a_stuck_wireguard_uapi_socket_never_stalls_the_loop(

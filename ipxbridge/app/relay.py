@@ -1,0 +1,432 @@
+"""The broadcast relay service: the plan, the relay sockets and the kernel fast path.
+
+The plan is rebuilt on every netlink change (``io/netlink.TopologyWatcher``) and after each
+read of the WireGuard peers, which happens off the loop (a stuck UAPI socket holds one worker
+thread, never the loop). nft runs on a worker thread of its own, in order: the fast path's
+installs and counter reads, and the removal of a table an earlier run left (R18).
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack
+
+from ipxbridge.config import Config
+from ipxbridge.errors import StartupError
+from ipxbridge.io.netlink import TopologyWatcher
+from ipxbridge.io.nftables import FastPathCounts, KernelFanout, Removal, remove_table
+from ipxbridge.io.relay import BroadcastRelay, ip_forward_enabled, raw_sockets_allowed
+from ipxbridge.io.wireguard import read_wireguard_peers
+from ipxbridge.obs.counters import RelayCounters
+from ipxbridge.obs.metrics import RelaySnapshot
+from ipxbridge.policy.dplay_inspect import Inspector
+from ipxbridge.policy.flows import FlowLimits
+from ipxbridge.policy.relay import (
+    Egress,
+    RelayMode,
+    RelayPolicy,
+    RelaySettings,
+    Selection,
+    SourceMode,
+    build_plan,
+    choose_relay_mode,
+    wireguard_reads,
+)
+from ipxbridge.policy.topology import Topology, select
+
+logger = logging.getLogger(__name__)
+
+# WireGuard peer changes (wg set) raise no netlink event: the peers are re-read this often.
+PEER_REFRESH_SECONDS: Final = 10.0
+KERNEL_READ_SECONDS: Final = 5.0  # how often the fast path's counters are read
+
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
+Plan = tuple[Egress, ...]
+
+
+class Watcher(Protocol):
+    """What the service needs of a topology source (``io/netlink.TopologyWatcher``)."""
+
+    @property
+    def topology(self) -> Topology: ...  # noqa: D102
+    @property
+    def events(self) -> Mapping[str, int]: ...  # noqa: D102
+    async def start(self) -> None: ...  # noqa: D102
+    async def close(self) -> None: ...  # noqa: D102
+
+
+def _nothing() -> None:
+    """A no-op job: awaiting it on a FIFO worker waits for what was queued before it."""
+
+
+def selections(config: Config) -> tuple[Selection, ...]:
+    """The configured relay interfaces as the plan takes them."""
+    return tuple(Selection(i.name, i.role, i.peers) for i in config.relay.interfaces)
+
+
+class RelayService:
+    """The broadcast relay (off when no ``relay.interfaces`` are given)."""
+
+    def __init__(
+        self,
+        config: Config,
+        inspector: Inspector,
+        *,
+        watcher: Callable[[Callable[[Topology], None]], Watcher] = TopologyWatcher,
+    ) -> None:
+        self.config = config
+        self.inspector = inspector
+        self.counters = RelayCounters()
+        self.relay: BroadcastRelay | None = None
+        self.fanout: KernelFanout | None = None
+        self.mode: RelayMode | None = None
+        self.plan: Plan | None = None  # the egresses last applied (None: none yet)
+        self._make_watcher = watcher
+        self.watcher: Watcher | None = None
+        self._selections = selections(config)
+        # WireGuard peers by interface, as last read off the loop (_read_peers); one worker.
+        self._wg_peers: dict[str, list[str]] = {}
+        self._wg_executor: ThreadPoolExecutor | None = None
+        self._peer_task: asyncio.Task[None] | None = None
+        self._peers_stale = False
+        self._planning = False  # set once the first plan (with peers) is in place
+        self._next_peer_check = 0.0
+        self._fastpath = FastPathCounts()  # the fast path's counters, as last read
+        self._next_kernel_read = 0.0
+        self._kernel_read: asyncio.Future[FastPathCounts] | None = None
+        # nft runs for up to 10 s (its timeout): on a worker thread of its own, in order,
+        # never on the loop (issue 10 item 6) nor queued behind a stuck WireGuard read.
+        self._nft_executor: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the relay is configured to run."""
+        return bool(self.config.relay.interfaces)
+
+    async def start(self) -> None:
+        """Bind the relay ports, clear an earlier run's table, and apply the first plan.
+
+        With the relay off this only removes an earlier run's table (R18): before anything
+        says the bridge is up, so it copies nothing once the first service listens.
+        """
+        self._loop = asyncio.get_running_loop()
+        if not self.enabled:
+            await self._remove_stale_table()
+            return
+        cfg = self.config.relay
+        why_not = await self._nft(KernelFanout.available) if cfg.fast_path != "off" else None
+        mode = choose_relay_mode(cfg.source_mode, cfg.fast_path, raw_sockets_allowed(), why_not)
+        self.mode = mode
+        self.fanout = KernelFanout(tuple(cfg.ports)) if mode.fast_path else None
+        policy = RelayPolicy(
+            RelaySettings(mode.source_mode, cfg.dedup_window, kernel_fanout=mode.fast_path)
+        )
+        limits = FlowLimits(cfg.max_flows, cfg.max_unproven_flows, cfg.max_flows_per_source)
+        relay = BroadcastRelay(
+            self._loop, policy, tuple(cfg.ports), self.inspector, self.counters, flow_limits=limits
+        )
+        try:
+            relay.start()
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on the relay ports {list(cfg.ports)}/udp: "
+                f"{exc.strerror} (is another relay or a game on this box using them?)"
+            ) from None
+        self.relay = relay
+        # The relay ports are ours now (a second bridge would have failed above, not taken
+        # the first one's table away). Whatever the fast path setting, a table an earlier run
+        # left must go before the first plan, or broadcasts get two copies (R18).
+        await self._remove_stale_table()
+        self.watcher = self._make_watcher(self._on_topology)
+        await self.watcher.start()
+        # The first plan waits for the WireGuard peers (read off the loop), so the plan
+        # logged as "relaying between" is complete.
+        await self._read_peers()
+        if self._nft_executor is not None:
+            await self._nft(_nothing)  # FIFO: the first fast-path install has finished
+        self._planning = True
+        logger.info(
+            "broadcast relay on udp ports %s, source mode %s, copies made by %s",
+            ", ".join(map(str, cfg.ports)),
+            mode.source_mode,
+            "the kernel (nftables fast path)" if mode.fast_path else "ipxbridge",
+        )
+
+    async def stop(self) -> None:
+        """Stop watching, remove the fast path's table, close the sockets, log the books."""
+        if self.watcher is not None:
+            await self.watcher.close()
+        if self._peer_task is not None:
+            self._peer_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._peer_task
+        if self._wg_executor is not None:
+            # A read stuck in the worker ends at its own timeout; stop() does not wait for it.
+            self._wg_executor.shutdown(wait=False, cancel_futures=True)
+        if self._nft_executor is not None:
+            # Let a pending install finish first, so the table is not re-created after the
+            # remove below.
+            await asyncio.get_running_loop().run_in_executor(None, self._nft_executor.shutdown)
+        if self.fanout is not None:
+            kernel = self.fanout.read()
+            self.fanout.remove()
+            if kernel.copies:
+                logger.info(
+                    "kernel fast path copies: %s; dropped before the socket: %s",
+                    ", ".join(f"{k}={v}" for k, v in sorted(kernel.copies.items())),
+                    ", ".join(f"{k}={v}" for k, v in sorted(kernel.dropped.items())),
+                )
+        if self.relay is not None:
+            kernel_drops = self.relay.kernel_drops()
+            self.relay.close()
+            logger.info(
+                "stopped; relay: %s kernel_dropped=%s", self.counters.summary(), kernel_drops
+            )
+
+    def reconfigure(self, config: Config) -> None:
+        """New selections, roles, peers and dedup window: re-planned at once."""
+        self.config = config
+        if self.relay is None:
+            return
+        self._selections = selections(config)
+        self.relay.policy.set_window(config.relay.dedup_window)
+        if self.watcher is not None:
+            self.plan = None  # log the plan again
+            self._on_topology(self.watcher.topology)  # new selections may name new peers
+
+    def tick(self, now: float) -> None:
+        """Flow expiry, the fast path's counters, and the periodic WireGuard peer read."""
+        if self.relay is None:
+            return
+        self.relay.tick(now)
+        if (
+            self.fanout is not None
+            and now >= self._next_kernel_read
+            and (self._kernel_read is None or self._kernel_read.done())
+        ):
+            self._next_kernel_read = now + KERNEL_READ_SECONDS
+            self._kernel_read = self._nft(self.fanout.read)
+            self._kernel_read.add_done_callback(self._kernel_counters_read)
+        if self.watcher is not None and now >= self._next_peer_check:
+            self._next_peer_check = now + PEER_REFRESH_SECONDS
+            if self._planning and any(e.role == "p2p" for e in self.plan or ()):
+                self._refresh_peers()
+
+    # --- the plan --------------------------------------------------------------------------
+
+    def _on_topology(self, topology: Topology) -> None:
+        """Rebuild the plan after a link, address or route change.
+
+        Runs on the loop and never blocks: the plan is rebuilt at once with the WireGuard
+        peers last read, and a re-read starts in a worker thread; its result re-plans.
+        """
+        if self.relay is None:
+            return
+        if not self._planning:  # start() is reading the peers and plans after that
+            self._peers_stale = True
+            return
+        self._apply_plan(topology)
+        self._refresh_peers()
+
+    def _refresh_peers(self) -> None:
+        """Re-read the WireGuard peers in the background (one read at a time)."""
+        if self._peer_task is not None and not self._peer_task.done():
+            self._peers_stale = True  # the running read goes round once more
+            return
+        self._peer_task = asyncio.create_task(self._read_peers(), name="wireguard-peers")
+
+    async def _read_peers(self) -> None:
+        """Read the peers of the plan's WireGuard interfaces off the loop, then re-plan.
+
+        Never raises (but for cancellation): a failed re-plan is logged and the old plan
+        stays, as a failing topology callback is (``TopologyWatcher``).
+        """
+        while self.relay is not None and self.watcher is not None:
+            self._peers_stale = False
+            try:
+                names = wireguard_reads(self.watcher.topology, self._selections)
+                if names:
+                    if self._wg_executor is None:
+                        self._wg_executor = ThreadPoolExecutor(1, thread_name_prefix="wg-peers")
+                    self._wg_peers = await read_wireguard_peers(names, self._wg_executor)
+                self._apply_plan(self.watcher.topology)  # the topology may have moved meanwhile
+            except Exception:
+                logger.exception("rebuilding the relay plan failed")
+            if not self._peers_stale:
+                return
+
+    def _apply_plan(self, topology: Topology) -> None:
+        if self.relay is None:
+            return
+        egresses, own, bcasts = build_plan(topology, self._selections, self._wg_peers)
+        self.relay.apply_plan(egresses, own, bcasts)
+        if egresses == self.plan:
+            return
+        self.plan = egresses
+        if self.fanout is not None:
+            # Say "relaying between" only once the kernel really copies (the log tells the
+            # truth, and start-up readiness waits for it).
+            self._nft(self.fanout.install, egresses).add_done_callback(
+                lambda future: self._fast_path_installed(future, egresses)
+            )
+        else:
+            self._log_plan(egresses)
+
+    def _fast_path_installed(self, future: "asyncio.Future[bool]", egresses: Plan) -> None:
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is not None or not future.result():
+            logger.error(
+                "kernel fast path failed%s; broadcasts are NOT being relayed",
+                f" ({exc})" if exc is not None else "",
+            )
+            return
+        self._log_plan(egresses)
+
+    def _log_plan(self, egresses: Plan) -> None:
+        parts = []
+        for e in egresses:
+            if e.role == "lan":
+                parts.append(f"{e.name} (lan, broadcast {e.broadcast})")
+            elif e.peers:
+                parts.append(f"{e.name} (p2p, {len(e.peers)} peers: {', '.join(e.peers)})")
+            else:
+                parts.append(f"{e.name} (p2p, NO peers known: nothing will be sent there)")
+        logger.info("relaying between: %s", "; ".join(parts) or "nothing (no interface up)")
+        if len(egresses) < 2:
+            logger.warning("the relay needs at least two usable interfaces; have %d", len(egresses))
+        if (
+            self.mode is not None
+            and self.mode.source_mode is SourceMode.PRESERVE
+            and len(egresses) >= 2
+            and not ip_forward_enabled()
+        ):
+            logger.warning(
+                "preserve mode: copies keep the player's address, so hosts answer the player "
+                "directly through this box, but net.ipv4.ip_forward is 0 and those replies "
+                "cannot be routed. Fix: sysctl -w net.ipv4.ip_forward=1 and give hosts a route "
+                "to the players' subnets via this box, or run with --source-mode rewrite"
+            )
+
+    # --- nft, off the loop -----------------------------------------------------------------
+
+    def _nft(self, call: Callable[[Unpack[_Ts]], _T], *args: *_Ts) -> asyncio.Future[_T]:
+        """Run an nft call on the fast path's own worker thread (FIFO, off the loop)."""
+        assert self._loop is not None  # noqa: S101 - only called once started
+        if self._nft_executor is None:
+            self._nft_executor = ThreadPoolExecutor(1, thread_name_prefix="nft")
+        return self._loop.run_in_executor(self._nft_executor, call, *args)
+
+    async def _remove_stale_table(self) -> None:
+        """Remove the nftables table of an earlier run that died without removing it.
+
+        After a SIGKILL the kernel keeps copying broadcasts with no bridge (reliability.md
+        R18). Runs on the nft worker (off the loop, and before any install queued after it).
+        """
+        result = await self._nft(remove_table)
+        if result.outcome is Removal.REMOVED:
+            logger.warning(
+                "removed the nftables table ip ipxbridge an earlier run left behind (%d rules):"
+                " it was still copying broadcasts with no bridge running",
+                result.rules,
+            )
+        elif result.outcome is Removal.FAILED:
+            logger.warning("could not remove an earlier run's nftables table: %s", result.detail)
+        elif result.outcome is not Removal.ABSENT:
+            # No nft or no CAP_NET_ADMIN: this run cannot have a table either; after a crash
+            # of a run that had one, `ipxbridge cleanup` as root removes it.
+            logger.debug("no check for an earlier run's nftables table: %s", result.detail)
+
+    def _kernel_counters_read(self, future: "asyncio.Future[FastPathCounts]") -> None:
+        if not future.cancelled() and future.exception() is None:
+            self._fastpath = future.result()
+
+    # --- views -----------------------------------------------------------------------------
+
+    def snapshot(self) -> RelaySnapshot:
+        """Relay numbers for the metrics (Python copies plus the kernel's)."""
+        if self.relay is None:
+            return RelaySnapshot()
+        c = self.counters
+        copies = dict(c.copies)
+        for name, n in self._fastpath.copies.items():
+            copies[name] = copies.get(name, 0) + n
+        plan = self.plan or ()
+        topo = self.watcher.topology if self.watcher is not None else None
+        kinds: dict[str, str] = {}
+        down: list[str] = []
+        if topo is not None:
+            kinds = {i.name: i.kind for i in topo.interfaces}
+            used = {e.name for e in plan}
+            for sel in self._selections:
+                try:
+                    matched = select(topo, [sel.pattern])
+                except ValueError:
+                    matched = []
+                down += [i.name for i in matched if i.name not in used and i.name not in down]
+        events = dict(self.watcher.events) if self.watcher is not None else {}
+        names = {i.index: i.name for i in topo.interfaces} if topo is not None else {}
+        by_iface: dict[str, int] = {}
+        for index, n in c.received_by_ifindex.items():
+            # an interface that is gone keeps its count under "other" (bounded labels)
+            name = names.get(index, "other")
+            by_iface[name] = by_iface.get(name, 0) + n
+        unproven, proven, returns = self.relay.flow_counts()
+        return RelaySnapshot(
+            enabled=True,
+            received=c.received,
+            received_bytes=c.received_bytes,
+            relayed=c.relayed,
+            dropped=dict(c.dropped),
+            copies=copies,
+            send_errors=dict(c.send_errors),
+            plan=plan,
+            selected_down=tuple(down),
+            kinds=kinds,
+            netlink_events=events,
+            received_by_interface=by_iface,
+            kernel_drops=self.relay.kernel_drops(),
+            fastpath_dropped=dict(self._fastpath.dropped) if self.fanout is not None else None,
+            flows={"unproven": unproven, "proven": proven},
+            return_sockets=returns,
+            flow_evictions=dict(c.flows_evicted),
+            flows_refused=dict(c.flows_refused),
+        )
+
+    def interfaces_json(self) -> list[dict[str, Any]]:
+        """Relay interfaces: selected, up or down, role, targets (``GET /api/interfaces``)."""
+        snap = self.snapshot()
+        out: list[dict[str, Any]] = [
+            {
+                "name": e.name,
+                "up": True,
+                "role": e.role,
+                "address": e.address,
+                "broadcast": e.broadcast or None,
+                "peers": list(e.peers),
+                "mtu": e.mtu,
+                "kind": snap.kinds.get(e.name, "other"),
+                "copies": snap.copies.get(e.name, 0),
+            }
+            for e in snap.plan
+        ]
+        out += [
+            {
+                "name": n,
+                "up": False,
+                "role": None,
+                "address": None,
+                "broadcast": None,
+                "peers": [],
+                "mtu": None,
+                "kind": snap.kinds.get(n, "other"),
+                "copies": 0,
+            }
+            for n in snap.selected_down
+        ]
+        return out
