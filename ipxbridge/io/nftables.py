@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Final
 
 from ipxbridge.policy.relay import DSCP_MARK, INVALID_SOURCES, Egress
-from ipxbridge.wire.directplay import SIGNATURE
+from ipxbridge.wire.directplay import DP8_QUERY_LEAD, SIGNATURE, SIGNATURE_OFFSET
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ INSPECT_PPS: Final = 5000  # originals per second and ingress handed to the insp
 # start). Any other commented rule that drops is reported under its comment as well.
 FASTPATH_DROP_REASONS: Final = ("marked", "uninspected")
 NFT_TIMEOUT: Final = 10.0
+UDP_HEADER: Final = 8  # bytes: nft @th offsets count from the start of the UDP header
 
 
 def _nft() -> str:
@@ -155,8 +156,9 @@ def ruleset(
         check += [
             # DirectPlay is judged and copied in Python (rule 5: kernel_hands_over): 'play'
             # at payload byte 20 (a DP4 SP header), 00 02 at byte 0 (a DP8 EnumQuery).
-            f"    @th,224,32 {int.from_bytes(SIGNATURE, 'big'):#x} return",
-            "    @th,64,16 0x2 return",
+            f"    @th,{(UDP_HEADER + SIGNATURE_OFFSET) * 8},32"
+            f" {int.from_bytes(SIGNATURE, 'big'):#x} return",
+            f"    @th,{UDP_HEADER * 8},16 {int.from_bytes(DP8_QUERY_LEAD, 'big'):#x} return",
             f"    ip ttl > 1 counter goto in_{n}",
             "  }",
         ]

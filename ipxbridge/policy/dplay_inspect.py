@@ -24,7 +24,6 @@ from typing import Final
 from ipxbridge.policy.reassembly import Reassembler
 from ipxbridge.policy.sessions import SessionTable
 from ipxbridge.wire.directplay import (
-    RELIABLE_MARK,
     RELIABLE_NAME,
     DP4Message,
     DP8EnumQuery,
@@ -37,6 +36,7 @@ from ipxbridge.wire.directplay import (
     PacketFragment,
     classify,
     command_name,
+    dp4_command_of,
     dp8_frame_name,
     parse_dp4,
     parse_dplay,
@@ -127,11 +127,10 @@ class Inspector:
         # Only what feeds the game list is decoded in full; everything else is counted by
         # its command id (a full decode costs ~20 us, this ~1 us, on every relayed packet).
         if kind is DPlayKind.DP4 or kind is DPlayKind.DP4_BARE:
-            at = 24 if kind is DPlayKind.DP4 else 4
-            if payload[at : at + 1] == bytes([RELIABLE_MARK]):
+            command = dp4_command_of(payload, bare=kind is DPlayKind.DP4_BARE)
+            if command is None:
                 self.messages[(4, RELIABLE_NAME)] += 1
                 return None
-            command = int.from_bytes(payload[at : at + 2], "little")
             if command not in DECODED_DP4:
                 name = command_name(command)
                 self.messages[(4, name if name in DP4_LABELS else "other")] += 1

@@ -79,16 +79,15 @@ from ipxbridge.policy.dedup import LoopFilter
 from ipxbridge.policy.topology import Interface, Topology, select
 from ipxbridge.wire.directplay import (
     DP4_ENUM_PORT,
-    SIGNATURE,
-    SP_HEADER_LEN,
     DP4Command,
     DPlayError,
     DPlayKind,
     classify,
+    has_dplay_lead,
     peek_dp4,
     rewrite_sockaddr,
 )
-from ipxbridge.wire.dplay8 import DP8_ENUM_PORT, DP8_ENUM_QUERY, DP8_LEAD_ENUM
+from ipxbridge.wire.dplay8 import DP8_ENUM_PORT
 
 LIMITED_BROADCAST: Final = "255.255.255.255"
 # DSCP of every relayed copy, kernel or Python (EF): a marked datagram is never fanned out
@@ -116,8 +115,6 @@ RELAY_DROP_REASONS: Final = (
 INVALID_SOURCES: Final = ("0.0.0.0/8", "127.0.0.0/8", "224.0.0.0/3")
 _INVALID_NETS: Final = tuple(ipaddress.IPv4Network(n) for n in INVALID_SOURCES)
 _ANY: Final = "0.0.0.0"
-_DP8_QUERY_LEAD: Final = bytes((DP8_LEAD_ENUM, DP8_ENUM_QUERY))
-_SIGNATURE_AT: Final = slice(SP_HEADER_LEN, SP_HEADER_LEN + len(SIGNATURE))
 SOURCE_CACHE: Final = 4096  # remembered source verdicts (rule 4)
 
 
@@ -128,7 +125,7 @@ def kernel_hands_over(payload: bytes) -> bool:
     byte 20, where a DP4 SP header has it, or ``00 02`` at byte 0, a DP8 EnumQuery's lead.
     A payload that matches but is not DirectPlay only costs a copy made in Python.
     """
-    return payload[_SIGNATURE_AT] == SIGNATURE or payload[:2] == _DP8_QUERY_LEAD
+    return has_dplay_lead(payload)
 
 
 class SourceMode(StrEnum):

@@ -270,6 +270,38 @@ VERSION_DX9: Final = 0x0E  # what Windows and the [MC-DPL4CS] 4.1 sample send
 RELIABLE_MARK: Final = 0xFF
 RELIABLE_NAME: Final = "Reliable"
 
+# The two byte matches a filter without a parser can make (the nft fast path hands these to
+# the Python path, policy/relay.py rule 5): 'play' after a DP4 SP header, and the lead bytes
+# of a DP8 EnumQuery (protocols.md 1.2 and 2.3).
+SIGNATURE_OFFSET: Final = SP_HEADER_LEN
+DP8_QUERY_LEAD: Final = bytes((DP8_LEAD_ENUM, DP8_ENUM_QUERY))
+
+
+def has_dplay_lead(payload: bytes | bytearray | memoryview) -> bool:
+    """``play`` at byte 20 or ``00 02`` at byte 0: maybe DirectPlay, worth a full look.
+
+    A payload that matches but is not DirectPlay only costs a look; one that does not match
+    is no DirectPlay enumeration (DP4 over UDP carries the SP header; DP8's query leads so).
+    """
+    return (
+        bytes(payload[SIGNATURE_OFFSET:_SIGNATURE_END]) == SIGNATURE
+        or bytes(payload[:2]) == DP8_QUERY_LEAD
+    )
+
+
+def dp4_command_of(payload: bytes | bytearray | memoryview, *, bare: bool) -> int | None:
+    """The command id of a message ``classify`` called DP4 (``bare``: DP4_BARE, no SP header).
+
+    None for DirectPlay's reliable protocol, whose 0xFF sits where the command is (Rule 7).
+    Reads two bytes, nothing else is checked (a cheap count of what is not decoded in full).
+    """
+    at = len(SIGNATURE) if bare else _SIGNATURE_END
+    field = bytes(payload[at : at + 2])
+    if field[:1] == bytes((RELIABLE_MARK,)):
+        return None
+    return int.from_bytes(field, "little")
+
+
 _U16: Final = struct.Struct("<H")
 _U32: Final = struct.Struct("<I")
 _MESSAGE_HEADER: Final = struct.Struct("<4sHH")
