@@ -68,8 +68,6 @@ READ_BATCH: Final = 1024  # relay-port datagrams read per wake-up at most (cheap
 # bench/fairness.py, 80k pps for 60 s: 64 gave a 10 pps player 96.8 % and p99 165 ms
 # (median of 5), 16 gave 99.8-100 % and 27-40 ms, 8 gave 100 % and 23-26 ms.
 FAIR_TURN: Final = 8
-FLOW_IDLE: Final = FlowLimits().idle  # return sockets expire like flows
-MAX_RETURNS: Final = 1024
 _IPV4: Final = struct.Struct("!BBHHHBBH4s4s")
 _UDP: Final = struct.Struct("!HHHH")
 # Own copies and loop copies were inspected the first time; spoofed or invalid sources, a
@@ -254,7 +252,7 @@ class BroadcastRelay:
         """Expire idle flows and old loop records."""
         self.policy.purge(now)
         for rkey, ret in list(self._returns.items()):
-            if now - ret.last_used > FLOW_IDLE:
+            if now - ret.last_used > self._table.limits.idle:
                 self._close_return(rkey)
         for fkey in self._table.expire(now):
             if fkey in self._flows:
@@ -500,11 +498,11 @@ class BroadcastRelay:
             ret.last_used = now
             return ret
         address = self._addresses.get(flow.ingress)
-        if address is None or len(self._returns) >= MAX_RETURNS:
+        if address is None or len(self._returns) >= self._table.limits.max_returns:
             return None
         try:
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        except OSError:  # EMFILE/ENFILE: as full as MAX_RETURNS, and must not escape the loop
+        except OSError:  # EMFILE/ENFILE: as full as max_returns, and must not escape the loop
             return None
         try:
             sock.setblocking(False)

@@ -24,20 +24,15 @@ from ipxbridge import __version__
 from ipxbridge.obs.counters import BUCKETS, IpxCounters, LatencyHistogram
 from ipxbridge.policy.flows import FLOW_EVICTION_REASONS, FLOW_REFUSAL_REASONS
 from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
-from ipxbridge.policy.relay import Egress
+from ipxbridge.policy.relay import RELAY_IO_DROP_REASONS, Egress
 from ipxbridge.policy.switch import POLICY_DROP_REASONS
 from ipxbridge.wire.errors import WIRE_REASONS
 
 IPX_DROP_REASONS: Final = frozenset(
     r for r in (*WIRE_REASONS, *POLICY_DROP_REASONS) if not r.startswith(("dplay", "not_dplay"))
 )
-# The policy's reasons plus those the I/O layer gives (a truncated read; the rewrite-mode flow
-# table full, or a stranger writing to a return socket; no flow socket for any copy; a source
-# over its fair share of a relay port's backlog, R13): all exported from the start at 0.
-RELAY_DROP_REASONS: Final = frozenset(
-    {*RELAY_POLICY_DROPS, "truncated", "flow_limit", "return_not_player", "flow_refused"}
-    | {"fair_share"}
-)
+# Every reason the relay path can give, exported from the start at 0 (policy/relay.py).
+RELAY_DROP_REASONS: Final = frozenset({*RELAY_POLICY_DROPS, *RELAY_IO_DROP_REASONS})
 
 
 @dataclass(frozen=True, slots=True)

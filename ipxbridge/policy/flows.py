@@ -55,6 +55,9 @@ class FlowLimits:
     idle: float = 120.0  # seconds without traffic before a flow expires
     remember: float = 60.0  # seconds an answered player counts as coming back
     max_remembered: int = 16_384  # players remembered (no socket: about 100 bytes each)
+    # Return sockets (player -> host, opened on a host's first answer): they expire after
+    # ``idle`` as flows do; past this many a new answer is dropped as flow_limit.
+    max_returns: int = 1024
 
     def __post_init__(self) -> None:
         """Check the bounds fit together.

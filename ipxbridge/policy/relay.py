@@ -110,6 +110,16 @@ RELAY_DROP_REASONS: Final = (
     "dp4_sockaddr_mismatch",
     "enum_rate",
 )
+# Reasons the relay's I/O gives (io/relay.py) around the decision: a truncated read; the
+# rewrite-mode flow table full, or a stranger writing to a return socket; no flow socket for
+# any copy; a source over its fair share of a relay port's backlog (R13).
+RELAY_IO_DROP_REASONS: Final = (
+    "truncated",
+    "flow_limit",
+    "return_not_player",
+    "flow_refused",
+    "fair_share",
+)
 # Rule 4: sources no host sends from ("this network", loopback, multicast + class E + the
 # limited broadcast). io/nftables.py puts the same prefixes in the fast path's rules.
 INVALID_SOURCES: Final = ("0.0.0.0/8", "127.0.0.0/8", "224.0.0.0/3")

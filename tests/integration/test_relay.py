@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from ipxbridge.io.relay import MAX_RETURNS
+from ipxbridge.policy.flows import FlowLimits
 from ipxbridge.wire.directplay import (
     DP4Message,
     DP8EnumQuery,
@@ -44,6 +44,8 @@ from tests.integration.conftest import require
 from tests.integration.harness import BridgeProcess, Netns, inside, sh
 
 ARMADA = uuid.UUID("76F93801-9340-11D2-AE34-00600895C779")
+
+MAX_RETURNS = FlowLimits().max_returns  # the bridge runs with the default limits
 
 
 class Net:
@@ -424,7 +426,7 @@ def test_relay_books_balance_over_a_mix_of_every_outcome(topo: Net, workdir: Pat
             previous = totals
         assert totals["received"] == totals["relayed"] + totals["dropped"], (totals, reasons)
         # one return socket opened for the first reply; the table holds MAX_RETURNS in all
-        assert reasons["flow_limit"] == len(host_ports) - (MAX_RETURNS - 1)
+        assert reasons["flow_limit"] == len(host_ports) - (MAX_RETURNS - 1), (totals, reasons)
         assert reasons["return_not_player"] == 3
         assert reasons["bad_sockaddr"] == 1
         assert reasons["not_broadcast"] == 1
