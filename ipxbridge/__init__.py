@@ -2,7 +2,8 @@
 
 The package is layered; imports only point inward (house style A.3):
 ``wire`` (pure codecs) <- ``policy`` (pure decisions, clock passed in) <- ``io`` / ``obs``
-(thin asyncio and accounting) <- ``config`` / ``app`` / ``cli``.
+(thin asyncio and accounting) <- ``config`` / ``app`` (one service per feature) / ``cli``.
+ARCHITECTURE.md draws it and follows a datagram through.
 """
 
 __version__ = "0.1.0"

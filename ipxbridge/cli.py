@@ -1,4 +1,8 @@
-"""Command line: ``ipxbridge run | cleanup | check-config | print-default-config | version``.
+"""Command line: the ``ipxbridge`` subcommands.
+
+``run`` (the bridge), ``decode`` (frames offline), ``sessions`` (the game list), ``interfaces``
+(the relay's plan), ``cleanup`` (kernel state of a dead run), ``check-config``,
+``print-default-config``, ``version``.
 
 Exit codes (house style rule 12): 0 ok, 1 runtime failure, 2 usage, configuration or
 start-up error. Errors are one clear line each, never a traceback.

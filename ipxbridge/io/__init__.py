@@ -1,1 +1,4 @@
-"""Thin, impure I/O: sockets and timers around the pure policy."""
+"""Thin, impure I/O: sockets, netlink, nft and timers around the pure policy.
+
+Reports through the plain counters of ``obs.counters``; never imports the exposition.
+"""
