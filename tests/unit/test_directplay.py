@@ -862,3 +862,20 @@ def test_builders_keep_the_reliable_mark_apart() -> None:
         dp.build_dp4(0x01FF, 0x0E, b"", header=None)
     with pytest.raises(ValueError, match="reliable"):
         dp.build_dp4_message(DP4Message(None, 0x01, 0x0E, b"", None, reliable=True))
+
+
+def test_the_lead_bytes_and_the_command_word_are_read_where_the_codec_writes_them() -> None:
+    """has_dplay_lead and dp4_command_of: the cheap reads policy/ makes instead of slicing."""
+    enum = EnumSessions(ARMADA, 1, None)
+    over_udp = dp.build_enum_sessions(enum)  # SP header: 'play' at byte 20
+    over_ipx = dp.build_enum_sessions(enum, bare=True)  # no SP header: 'play' at byte 0
+    query = dp.build_dp8_enum_query(dp.DP8EnumQuery(7, 2, None, b""))
+    assert dp.has_dplay_lead(over_udp)
+    assert dp.has_dplay_lead(query)
+    assert not dp.has_dplay_lead(over_ipx)  # never arrives at a relay port: UDP carries the header
+    assert not dp.has_dplay_lead(b"\x00\x03" + bytes(30))  # a DP8 EnumResponse is not handed over
+    assert not dp.has_dplay_lead(b"")
+    assert dp.dp4_command_of(over_udp, bare=False) == dp.DP4Command.ENUMSESSIONS
+    assert dp.dp4_command_of(over_ipx, bare=True) == dp.DP4Command.ENUMSESSIONS
+    reliable = over_ipx[:4] + bytes((dp.RELIABLE_MARK,)) + over_ipx[5:]
+    assert dp.dp4_command_of(reliable, bare=True) is None  # Rule 7: not a command
