@@ -1,6 +1,7 @@
 """The benchmark scripts still run and still judge: a short soak must pass R3's books."""
 
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,28 @@ def test_hostile_relay_sources_are_dropped_counted_and_players_still_get_through
     assert all(sent == got and int(sent) > 0 for sent, _, got in delivered), delivered
     left = namespaces()
     assert not [name for name in left - before if name.startswith("hrl")], left
+
+
+RELAY_ROW = re.compile(
+    r"^(naive|nft_dup|ipxbridge|ipx_python|ipx_rewrite) +([\d.]+) +([\d,]+) / ([\d.]+)$", re.M
+)
+
+
+@pytest.mark.netns
+def test_relay_bench_runs_every_relay_and_the_fast_path_delivers_all() -> None:
+    """bench/relay_bench.py, one short round at 1000 pps: a row for each relay (the naive
+    baseline, nft dup, ipxbridge on its three paths), every broadcast relayed by the kernel
+    fast path, and the namespaces and relay logs it made removed."""
+    require("ip", "nft")
+    args = ("--rounds", "1", "--rates", "1000", "--seconds", "1", "--lat-count", "200")
+    code, out = run_bench("relay_bench.py", *args, timeout=90)
+    assert code == 0, out
+    rows = {m[1]: (float(m[2]), float(m[4])) for m in RELAY_ROW.finditer(out)}
+    assert set(rows) == {"naive", "nft_dup", "ipxbridge", "ipx_python", "ipx_rewrite"}, out
+    assert rows["ipxbridge"][1] == 1.0, out  # delivery
+    assert all(latency > 0 for latency, _ in rows.values()), out
+    assert "Traceback" not in out, out
+    prefix = re.search(r"namespaces (rlb\d+)_\*", out)
+    assert prefix, out
+    assert not [name for name in namespaces() if name.startswith(prefix.group(1) + "_")]
+    assert not list(Path(tempfile.gettempdir()).glob(f"{prefix.group(1)}-*")), "relay logs left"
