@@ -18,11 +18,16 @@
 * Sockets bound to an interface are re-opened when the interface is re-created (a new index):
   an old one would return ENODEV for ever (reliability.md item 6).
 * Every send error is counted per interface and errno; nothing is queued.
-* Per-source fairness on the relay ports (``policy/fairness.py``, reliability.md R13): each
-  wake-up reads the socket until it is empty (at most ``READ_BATCH``) into a queue per source
-  address and handles ``FAIR_TURN`` datagrams per turn, round robin over the sources, turn
-  after turn until the queues are empty; a flooder's excess is dropped as ``fair_share``
-  before it costs a decision, an inspection or a copy.
+* Per-source fairness on the relay ports (``policy/fairness.py``, reliability.md R13):
+  datagrams are read into a queue per source address and handled ``FAIR_TURN`` per turn,
+  round robin over the sources, turn after turn until the queues are empty. While more than
+  one source has been seen lately (``FAIR_HOLD``), each wake-up reads the socket until it is
+  empty (at most ``READ_BATCH``), so a quiet player is not left behind a flood in the kernel's
+  queue, and the longest queue's excess is dropped as ``fair_share`` before it costs a
+  decision, an inspection or a copy (only its ingress interface is read, for the books).
+  With one source alone there is no one to be fair to: ``SOLO_READ_AHEAD`` are read ahead,
+  and what the bridge cannot serve waits in (or is dropped by) the kernel's buffer, which
+  costs no CPU that serving needs.
 * The books balance (``RelayCounters.balanced``, in ``obs/counters.py``): every datagram
   read from any relay socket — a broadcast on a relay port, a host's answer on a flow socket,
   a player's datagram on a return socket — is counted once as received, on the interface it
@@ -68,6 +73,12 @@ READ_BATCH: Final = 1024  # relay-port datagrams read per wake-up at most (cheap
 # bench/fairness.py, 80k pps for 60 s: 64 gave a 10 pps player 96.8 % and p99 165 ms
 # (median of 5), 16 gave 99.8-100 % and 27-40 ms, 8 gave 100 % and 23-26 ms.
 FAIR_TURN: Final = 8
+# After a turn saw more than one source waiting, read everything for this long; else read at
+# most SOLO_READ_AHEAD ahead. Reading a lone sender's excess only to drop it took the CPU its
+# serving needed (bench/relay_bench.py --fast-path off, one sender unpaced: 505 pps relayed,
+# against 12-17k before per-source fairness and with this rule).
+FAIR_HOLD: Final = 2.0
+SOLO_READ_AHEAD: Final = 64
 _IPV4: Final = struct.Struct("!BBHHHBBH4s4s")
 _UDP: Final = struct.Struct("!HHHH")
 # Own copies and loop copies were inspected the first time; spoofed or invalid sources, a
@@ -78,8 +89,22 @@ UNINSPECTED: Final = frozenset(
 )
 _PKTINFO: Final = struct.Struct("=i")
 IPPROTO_IP: Final = socket.IPPROTO_IP
+# a plain int: `flags & socket.MSG_TRUNC` goes through enum.Flag.__and__, ~5 us a datagram
+MSG_TRUNC: Final = int(socket.MSG_TRUNC)
 inet_ntoa: Final = socket.inet_ntoa
 _Datagram = tuple[bytes, list[tuple[int, int, bytes]], int, Any]  # what recvmsg returns
+
+
+def ancillary_ifindex(ancdata: list[tuple[int, int, bytes]]) -> int:
+    """The ingress ifindex alone: what a datagram dropped unread needs for the books.
+
+    ``parse_ancillary``'s first value without the rest (no address string, TTL or TOS).
+    """
+    for level, kind, data in ancdata:
+        if kind == IP_PKTINFO and level == IPPROTO_IP and len(data) >= 12:
+            index: int = _PKTINFO.unpack_from(data)[0]
+            return index
+    return 0
 
 
 def parse_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, str, int, int]:
@@ -180,6 +205,7 @@ class BroadcastRelay:
         self._addresses: dict[int, str] = {}  # egress index -> bridge address (for returns)
         self._fair: dict[int, FairQueue[_Datagram]] = {}  # relay port -> queues by source
         self._turns: set[int] = set()  # relay ports with a turn scheduled
+        self._shared_until: dict[int, float] = {}  # relay port -> read all until (FAIR_HOLD)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -273,10 +299,10 @@ class BroadcastRelay:
         counters = self.counters
         now = self._loop.time()
         dp8 = is_dp8_port(port)
-        for data, anc, flags, src in self._fair_turn(sock, port):
+        for data, anc, flags, src in self._fair_turn(sock, port, now):
             ifindex, dst_ip, ttl, tos = parse_ancillary(anc)
             counters.count_received(data, ifindex)
-            if flags & socket.MSG_TRUNC:
+            if flags & MSG_TRUNC:
                 # One outcome, one counter: dropped["truncated"] is the only record of it.
                 counters.dropped["truncated"] += 1
                 continue
@@ -315,7 +341,7 @@ class BroadcastRelay:
             counters.relayed += 1
             counters.sockaddr_rewrites += decision.sockaddr_rewritten
 
-    def _fair_turn(self, sock: socket.socket, port: int) -> list[_Datagram]:
+    def _fair_turn(self, sock: socket.socket, port: int, now: float) -> list[_Datagram]:
         """Read what waits on a relay port into the per-source queues; this turn's share.
 
         Schedules the next turn while anything is left (module rules; R13).
@@ -323,16 +349,28 @@ class BroadcastRelay:
         fair = self._fair.get(port)
         if fair is None:
             fair = self._fair[port] = FairQueue()
+        shared = now < self._shared_until.get(port, 0.0)
         recvmsg = sock.recvmsg
-        for _ in range(READ_BATCH):
+        counters = self.counters
+        is_own = self.policy.is_own
+        for _ in range(READ_BATCH if shared else SOLO_READ_AHEAD - len(fair)):
             try:
                 item = recvmsg(RECV_SIZE, ANC_SIZE)
             except OSError:  # BlockingIOError: empty; any other: try at the next wake-up
                 break
-            if not fair.push(item[3][0], item, len(item[0])):
+            source = item[3][0]
+            if is_own(source):
+                # Our own copy looped back (rule 2): not a source to be fair to; one outcome.
+                counters.count_received(item[0], ancillary_ifindex(item[1]))
+                counters.dropped["own_packet"] += 1
+                continue
+            lost = fair.push(source, item, len(item[0]))
+            if lost is not None:
                 # Over its share: one outcome, counted here, before any costly work.
-                self.counters.count_received(item[0], parse_ancillary(item[1])[0])
-                self.counters.dropped["fair_share"] += 1
+                counters.count_received(lost[0], ancillary_ifindex(lost[1]))
+                counters.dropped["fair_share"] += 1
+        if fair.sources > 1:
+            self._shared_until[port] = now + FAIR_HOLD
         turn = fair.take(FAIR_TURN)
         if fair and port not in self._turns:
             self._turns.add(port)

@@ -317,6 +317,15 @@ class RelayPolicy:
         }
         self._sources = {}
 
+    def is_own(self, ip: str) -> bool:
+        """Rule 2's test alone: ``ip`` is an address of this box (its own copies, looped back).
+
+        The receive path asks it before a datagram joins the fair queues: in rewrite mode
+        every copy comes back from the bridge's own address, and would count as a second
+        source there (io/relay.py).
+        """
+        return ip in self._own
+
     def _source_reason(self, ingress: Egress, ip: str) -> str | None:
         """Rule 4 for the source address (cached: a few players send most datagrams)."""
         key = (ingress.index, ip)
