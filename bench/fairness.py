@@ -71,6 +71,8 @@ from benchlib.netns import nsexec, sh, two_segments
 from benchlib.procstat import cpu_seconds
 from benchlib.sockets import broadcaster, received_ns, timestamped_receiver
 
+from ipxbridge.app.relay import KERNEL_READ_SECONDS
+
 PREFIX: Final = f"frn{os.getpid() % 100000}"
 FLOODER, PLAYER = "10.75.1.66", "10.75.1.10"
 BOX_A, BOX_B, HOST = "10.75.1.1", "10.75.2.1", "10.75.2.20"
@@ -294,15 +296,22 @@ def books_of(m: dict[str, float]) -> dict[str, Any]:
     }
 
 
-def settle(box: str) -> dict[str, Any]:
-    """The bridge's books once it has read everything (two scrapes 0.5 s apart agree)."""
+def settle(box: str, hold: float) -> dict[str, Any]:
+    """The bridge's books once it has read everything: unchanged for ``hold`` seconds.
+
+    The fast path's counters are read from nft every KERNEL_READ_SECONDS (app/relay.py), so
+    there two scrapes 0.5 s apart agree long before the last read: wait past one period.
+    """
     last: dict[str, Any] = {}
-    for _ in range(40):
+    steady_since = time.monotonic()
+    deadline = steady_since + 30
+    while time.monotonic() < deadline:
         time.sleep(0.5)
         now = books_of(scrape(box))
-        if now == last:
+        if now != last:
+            last, steady_since = now, time.monotonic()
+        elif time.monotonic() - steady_since >= hold:
             break
-        last = now
     return last
 
 
@@ -354,7 +363,7 @@ def run_mode(mode: str, names: dict[str, str], args: argparse.Namespace) -> dict
         player.stop.set()
         player.join(2)
         time.sleep(1.0)  # the last copies
-        books = settle(names["box"])
+        books = settle(names["box"], KERNEL_READ_SECONDS + 1.0 if mode == "fast" else 0.5)
         cpu2 = cpu_seconds(bridge.pid)
         alive = bridge.alive()
         receiver.stop.set()
