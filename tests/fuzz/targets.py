@@ -56,7 +56,7 @@ from ipxbridge.policy.switch import (
     SwitchSettings,
 )
 from ipxbridge.wire import directplay as dp
-from ipxbridge.wire import ipx
+from ipxbridge.wire import ethernet, ipx, ipxwrapper
 from ipxbridge.wire.errors import WIRE_REASONS, WireError
 from ipxbridge.wire.pcap import PCAP_REASONS, PcapError
 from tests.unit.vectors import VECTORS_INTERFACES, VECTORS_PCAP, load_vectors
@@ -138,6 +138,50 @@ def check_ipx(data: bytes) -> None:
     out = decode.decode_ipx(data, GAMES)
     json.dumps(out)
     assert out["ok"] or out["error"] in WIRE_REASONS, out
+
+
+def check_ethernet(data: bytes) -> None:
+    """A frame off an AF_PACKET socket: one error of the closed set, or an IPX packet that
+    fits its framing and builds back into a frame that parses the same (issue 13)."""
+    try:
+        frame = ethernet.parse_frame(data)
+    except ethernet.EthernetError as exc:
+        assert exc.reason in ethernet.ETHERNET_REASONS, exc.reason
+        return
+    packet = bytes(frame.packet)
+    assert ipx.HEADER_LEN <= len(packet) <= ethernet.max_ipx_len(frame.framing)
+    again = ethernet.parse_frame(
+        ethernet.build_frame(frame.dst_mac, frame.src_mac, frame.framing, packet)
+    )
+    assert (again.dst_mac, again.src_mac, again.framing) == (
+        frame.dst_mac,
+        frame.src_mac,
+        frame.framing,
+    )
+    assert bytes(again.packet) == packet
+
+
+def check_ipxwrapper(data: bytes) -> None:
+    """A datagram on UDP 54792: one error of the closed set, or a packet that builds back
+    byte for byte, converts to an IPX packet our IPX codec accepts, and, if coalesced,
+    splits into IPX packets or fails with a closed reason (issue 13)."""
+    try:
+        packet = ipxwrapper.parse_ipxwrapper(data)
+    except ipxwrapper.IpxWrapperError as exc:
+        assert exc.reason in WIRE_REASONS, exc.reason
+        return
+    assert ipxwrapper.build_ipxwrapper(packet) == data
+    header, _payload = ipx.parse_packet(ipxwrapper.ipxwrapper_to_ipx(packet))
+    assert (header.src_node, header.src_socket) == (packet.src_node, packet.src_socket)
+    if packet.is_coalesced:
+        try:
+            inner = ipxwrapper.unpack_coalesced(packet.data)
+        except ipxwrapper.IpxWrapperError as exc:
+            assert exc.reason in WIRE_REASONS, exc.reason
+        else:
+            assert b"".join(inner) == bytes(packet.data)
+            for one in inner:
+                ipx.parse_header(one)
 
 
 def check_dp4(data: bytes) -> None:
@@ -541,6 +585,45 @@ def relay_seeds() -> list[bytes]:
     return [b"".join(stream), *(rec(0, 64, p) for p in payloads[:4])]
 
 
+def ipx_packet_seeds() -> list[bytes]:
+    """The IPX vectors' packets that our IPX codec accepts."""
+    out = []
+    for data in vector_seeds():
+        try:
+            ipx.parse_packet(data)
+        except WireError:
+            continue
+        out.append(data)
+    assert out, "no IPX packet among the vectors"
+    return out
+
+
+def ethernet_seeds() -> list[bytes]:
+    """Each IPX vector in each of the four framings, broadcast from a station's MAC."""
+    station = bytes.fromhex("02004c4f4f50")
+    return [
+        ethernet.build_frame(ethernet.BROADCAST_MAC, station, framing, packet)
+        for packet in ipx_packet_seeds()
+        for framing in ethernet.Framing
+        if framing is not ethernet.Framing.RAW_8023 or packet[:2] == b"\xff\xff"
+    ]
+
+
+def ipxwrapper_seeds() -> list[bytes]:
+    """Each IPX vector as IPXWrapper sends it, and all of them coalesced into one datagram."""
+    packets = ipx_packet_seeds()
+    singles = [ipxwrapper.build_ipxwrapper(ipxwrapper.ipx_to_ipxwrapper(p)) for p in packets]
+    first = ipxwrapper.ipx_to_ipxwrapper(packets[0])
+    batch = b""
+    for packet in packets:  # whole packets only, within IPXWrapper's 1384 bytes
+        if len(batch) + len(packet) <= ipxwrapper.COALESCED_MAX_SIZE:
+            batch += packet
+    coalesced = dataclasses.replace(
+        first, packet_type=int(ipxwrapper.IpxWrapperMagic.COALESCED), src_socket=0, data=batch
+    )
+    return [*singles, ipxwrapper.build_ipxwrapper(coalesced)]
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     check: Callable[[bytes], None]
@@ -558,6 +641,8 @@ TARGETS: Final[dict[str, Target]] = {
     "inspect": Target(check_inspect, payload_seeds),
     "switch": Target(check_switch, datagram_seeds),
     "relay": Target(check_relay, relay_seeds),
+    "ethernet": Target(check_ethernet, ethernet_seeds),
+    "ipxwrapper": Target(check_ipxwrapper, ipxwrapper_seeds),
 }
 
 
