@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,14 @@ def inside(ns: str) -> Iterator[None]:
         yield
     finally:
         pr_netns.popns()
+
+
+def bridge_get(ns: str, path: str, timeout: float = 5.0) -> str:
+    """``GET http://127.0.0.1:9213{path}`` from inside ``ns`` (the bridge's default listen)."""
+    url = f"http://127.0.0.1:9213{path}"
+    with inside(ns), urllib.request.urlopen(url, timeout=timeout) as response:
+        body: bytes = response.read()
+    return body.decode()
 
 
 _RUNS = itertools.count()

@@ -30,7 +30,15 @@ from ipxbridge.wire.directplay import (
     parse_dplay,
 )
 from tests.factories import dp8_response
-from tests.integration.harness import BridgeProcess, Netns, inside, namespaces, run_bench, sh
+from tests.integration.harness import (
+    BridgeProcess,
+    Netns,
+    bridge_get,
+    inside,
+    namespaces,
+    run_bench,
+    sh,
+)
 
 PLAYER = "10.72.0.10"
 HOST = "10.73.1.20"
@@ -128,18 +136,8 @@ def open_fds(pid: int) -> int:
 
 
 def scrape(t: Topo) -> dict[str, float]:
-    res = sh(
-        "ip",
-        "netns",
-        "exec",
-        t.box,
-        "python3",
-        "-c",
-        "import sys,urllib.request as u;"
-        "sys.stdout.write(u.urlopen('http://127.0.0.1:9213/metrics',timeout=5).read().decode())",
-    )
     out: dict[str, float] = {}
-    for line in res.stdout.splitlines():
+    for line in bridge_get(t.box, "/metrics").splitlines():
         if line.startswith("ipxbridge_") and " " in line:
             name, value = line.rsplit(" ", 1)
             out[name] = float(value)

@@ -27,7 +27,7 @@ from pyroute2.netlink.rtnl import RTM_NEWADDR
 from ipxbridge.io import netlink
 from ipxbridge.policy.topology import Interface, InterfaceAddress, Topology, build_interface
 from tests.integration.conftest import require
-from tests.integration.harness import ROOT, BridgeProcess, Netns, sh
+from tests.integration.harness import ROOT, BridgeProcess, Netns, bridge_get, sh
 from tests.integration.topo import WireGuardGo, start_watcher
 
 
@@ -197,18 +197,7 @@ def test_interfaces_selection_and_text(net: Netns, box: str, wg_name: str) -> No
 
 
 def api_interfaces(net: Netns, ns: str) -> list[dict[str, Any]]:
-    code = (
-        "import sys, urllib.request as u; sys.stdout.write(u.urlopen("
-        "'http://127.0.0.1:9213/api/interfaces', timeout=5).read().decode())"
-    )
-    res = subprocess.run(
-        net.exec_args(ns, sys.executable, "-c", code),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    data: list[dict[str, Any]] = json.loads(res.stdout)
+    data: list[dict[str, Any]] = json.loads(bridge_get(ns, "/api/interfaces"))
     return data
 
 

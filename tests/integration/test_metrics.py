@@ -14,23 +14,9 @@ import pytest
 from ipxbridge.wire import ipx
 from ipxbridge.wire.directplay import EnumSessionsReply, SessionDesc, build_enum_sessions_reply
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, Client, Netns, sh
+from tests.integration.harness import BridgeProcess, Client, Netns, bridge_get
 
 TA = uuid.UUID("99797420-F5F5-11CF-9827-00A0241496C8")
-
-
-def scrape(net: Netns, ns: str, path: str) -> str:
-    res = sh(
-        *net.exec_args(
-            ns,
-            "python3",
-            "-c",
-            "import sys,urllib.request as u;"
-            f"sys.stdout.write(u.urlopen('http://127.0.0.1:9213{path}',"
-            "timeout=5).read().decode())",
-        )
-    )
-    return res.stdout
 
 
 def value(metrics: str, series: str) -> float:
@@ -71,7 +57,7 @@ def test_metrics_match_traffic_and_pass_promtool(net: Netns, workdir: Path) -> N
         alice.send(bob.node, reply, sock=0x4002)
         bob.receive(0x4002)
 
-        metrics = scrape(net, box, "/metrics")
+        metrics = bridge_get(box, "/metrics")
         check = subprocess.run(
             ["promtool", "check", "metrics"],
             input=metrics,
@@ -112,7 +98,7 @@ def test_metrics_match_traffic_and_pass_promtool(net: Netns, workdir: Path) -> N
         # no per-IP or per-node labels anywhere
         assert not re.search(r"\{[^}]*10\.54\.", metrics)
 
-        page = scrape(net, box, "/")
+        page = bridge_get(box, "/")
         assert "Total Annihilation" in page
         assert "TA &lt;b&gt;night&lt;/b&gt;" in page  # escaped, never markup
         assert "10.54.0.11" in page  # the connected clients
@@ -146,7 +132,7 @@ def test_status_page_in_headless_chromium(net: Netns, workdir: Path) -> None:
         player = Client(host, ("10.55.0.1", 213))  # a DOSBox-protocol client
         bridge.wait_for(r"client 10\.55\.0\.20:\d+ registered", 5)
         deadline = time.monotonic() + 10
-        while "Chromium Cup" not in scrape(net, box, "/api/sessions"):
+        while "Chromium Cup" not in bridge_get(box, "/api/sessions"):
             assert time.monotonic() < deadline, "the probe found no session"
             time.sleep(0.5)
         profile = workdir / "chromium-profile"
@@ -208,7 +194,7 @@ def test_datagrams_the_kernel_drops_while_the_bridge_is_stalled_are_counted(
             bridge.proc.send_signal(signal.SIGCONT)
         deadline = time.monotonic() + 20
         while True:
-            metrics = scrape(net, box, "/metrics")
+            metrics = bridge_get(box, "/metrics")
             received = value(
                 metrics, 'ipxbridge_received_packets_total{interface="tunnel",path="ipx"}'
             )

@@ -19,7 +19,6 @@ import struct
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import pytest
 
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ipx
-from tests.integration.harness import ROOT, BridgeProcess, Client, Netns, inside
+from tests.integration.harness import ROOT, BridgeProcess, Client, Netns, bridge_get, inside
 
 DISCOVERY = 0xA57F  # DirectPlay's IPX enumeration socket (protocols.md 1.9)
 HOST_SOCKET = 0x4002  # an ephemeral socket for the host's game traffic and replies
@@ -89,8 +88,7 @@ def count_until_quiet(sock: socket.socket, dst_socket: int, quiet: float) -> int
 
 
 def api(box: str, path: str) -> Any:
-    with inside(box), urllib.request.urlopen(f"http://127.0.0.1:9213{path}", timeout=5) as r:
-        return json.loads(r.read())
+    return json.loads(bridge_get(box, path))
 
 
 @pytest.mark.netns

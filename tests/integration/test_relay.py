@@ -17,7 +17,6 @@ import shutil
 import socket
 import struct
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,7 +40,7 @@ from ipxbridge.wire.directplay import (
 from tests.factories import dp8_response
 from tests.integration import wg
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, Netns, inside, sh
+from tests.integration.harness import BridgeProcess, Netns, bridge_get, inside, sh
 
 ARMADA = uuid.UUID("76F93801-9340-11D2-AE34-00600895C779")
 
@@ -349,19 +348,10 @@ def drain(sock: socket.socket, seconds: float) -> list[bytes]:
 
 def relay_books(t: Net) -> tuple[dict[str, float], dict[str, float]]:
     """(received/relayed/dropped totals, drops by reason) from the bridge's /metrics."""
-    res = sh(
-        "ip",
-        "netns",
-        "exec",
-        t.box,
-        "python3",
-        "-c",
-        "import sys,urllib.request as u;"
-        "sys.stdout.write(u.urlopen('http://127.0.0.1:9213/metrics',timeout=5).read().decode())",
-    )
+    text = bridge_get(t.box, "/metrics")
     totals = {"received": 0.0, "relayed": 0.0, "dropped": 0.0, "kernel": 0.0}
     reasons: dict[str, float] = {}
-    for line in res.stdout.splitlines():
+    for line in text.splitlines():
         if 'path="relay"' not in line or line.startswith("#"):
             continue
         series, number = line.rsplit(" ", 1)
@@ -478,8 +468,7 @@ def test_a_slow_nft_never_stalls_the_loop(net: Netns, workdir: Path) -> None:
         deadline = time.monotonic() + 11  # two counter reads at least
         while time.monotonic() < deadline:
             started = time.monotonic()
-            with inside(box):
-                urllib.request.urlopen("http://127.0.0.1:9213/-/healthy", timeout=10).read()
+            bridge_get(box, "/-/healthy", timeout=10)
             slowest = max(slowest, time.monotonic() - started)
             time.sleep(0.1)
         assert slowest < 1.0, f"an answer took {slowest:.2f} s"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from ipxbridge.wire import ipx
-from tests.integration.harness import BridgeProcess, Client, Netns, inside
-from tests.integration.test_metrics import scrape, value
+from tests.integration.harness import BridgeProcess, Client, Netns, bridge_get, inside
+from tests.integration.test_metrics import value
 
 GOOD = """\
 ipx:
@@ -50,7 +50,7 @@ def test_reload_keeps_clients_and_rejects_a_bad_file(net: Netns, workdir: Path) 
         bridge.wait_for(r"configuration reloaded", 5)
         assert "need a restart and keep their running values: ipx.listen" in bridge.log()
         exchange(bob, alice, b"after a good reload")  # same registrations, same port
-        metrics = scrape(net, box, "/metrics")
+        metrics = bridge_get(box, "/metrics")
         assert value(metrics, "ipxbridge_config_last_reload_successful") == 1
         assert value(metrics, "ipxbridge_ipx_peers") == 1  # the new peer is in
 
@@ -60,7 +60,7 @@ def test_reload_keeps_clients_and_rejects_a_bad_file(net: Netns, workdir: Path) 
         log = bridge.log()
         assert f"{config}:3: ipx.keepalive_interval: Input should be a valid number" in log
         exchange(alice, bob, b"after a bad reload")
-        metrics = scrape(net, box, "/metrics")
+        metrics = bridge_get(box, "/metrics")
         assert value(metrics, "ipxbridge_config_last_reload_successful") == 0
         assert value(metrics, 'ipxbridge_ipx_clients{dialect="dosbox"}') == 2
     finally:
@@ -97,7 +97,7 @@ def test_clients_allow_admits_listed_networks_and_a_reload_narrows_it(
             stranger.recvfrom(2048)
         stranger.close()
         drops = 'ipxbridge_dropped_packets_total{path="ipx",reason="not_allowed"}'
-        assert value(scrape(net, box, "/metrics"), drops) == 3
+        assert value(bridge_get(box, "/metrics"), drops) == 3
 
         config.write_text(ALLOW_LAN1.replace("10.57.1.0/24", "10.57.2.0/24"))
         bridge.proc.send_signal(signal.SIGHUP)
@@ -107,7 +107,7 @@ def test_clients_allow_admits_listed_networks_and_a_reload_narrows_it(
         bob.sock.settimeout(0.5)
         with pytest.raises(TimeoutError):
             bob.receive()
-        metrics = scrape(net, box, "/metrics")
+        metrics = bridge_get(box, "/metrics")
         assert value(metrics, drops) == 4
         assert value(metrics, 'ipxbridge_ipx_clients{dialect="dosbox"}') == 1
     finally:
