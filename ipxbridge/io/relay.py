@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ipxbridge.io.sockstats import socket_drops
+from ipxbridge.io.sockstats import drops_before_close, socket_drops
 from ipxbridge.obs.counters import RelayCounters
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.fairness import FairQueue
@@ -205,6 +205,7 @@ class BroadcastRelay:
         self._addresses: dict[int, str] = {}  # egress index -> bridge address (for returns)
         self._fair: dict[int, FairQueue[_Datagram]] = {}  # relay port -> queues by source
         self._turns: set[int] = set()  # relay ports with a turn scheduled
+        self._closed_drops = 0  # kernel drops of flow and return sockets since closed
         self._shared_until: dict[int, float] = {}  # relay port -> read all until (FAIR_HOLD)
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -236,8 +237,15 @@ class BroadcastRelay:
             self._loop.add_reader(sock.fileno(), self._on_broadcast, sock, port)
 
     def kernel_drops(self) -> int | None:
-        """Broadcasts the kernel dropped at the relay ports (receive buffers full)."""
-        return socket_drops(self._recv)
+        """Datagrams the kernel dropped at the relay's sockets (receive buffers full).
+
+        Every socket it reads: the relay ports, the flow and return sockets open now, and
+        those closed since (folded in at close, so the total never goes back).
+        """
+        socks = [*self._recv, *(f.sock for f in self._flows.values())]
+        socks += [r.sock for r in self._returns.values()]
+        drops = socket_drops(socks)
+        return None if drops is None else drops + self._closed_drops
 
     def close(self) -> None:
         """Close every socket."""
@@ -583,12 +591,14 @@ class BroadcastRelay:
         for rkey in list(flow.returns):
             self._close_return(rkey)
         self._loop.remove_reader(flow.sock.fileno())
+        self._closed_drops += drops_before_close(flow.sock)
         flow.sock.close()
 
     def _close_return(self, key: tuple[Address, int, Address]) -> None:
         ret = self._returns.pop(key)
         ret.flow.returns.discard(key)
         self._loop.remove_reader(ret.sock.fileno())
+        self._closed_drops += drops_before_close(ret.sock)
         ret.sock.close()
 
 

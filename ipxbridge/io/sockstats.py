@@ -9,6 +9,7 @@ accounts for every datagram that reached the host (reliability.md R3, R13).
 
 import os
 import socket
+import struct
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
@@ -16,6 +17,11 @@ from typing import Final
 # IPv4 only: every bridge socket is AF_INET (and udp6 is absent when IPv6 is disabled).
 PROC_UDP: Final = Path("/proc/self/net/udp")
 _INODE, _DROPS = 9, 12  # column indexes in /proc/net/udp lines
+# SO_MEMINFO (linux/sock_diag.h): u32 sk_meminfo[SK_MEMINFO_VARS]; SK_MEMINFO_DROPS is the
+# same per-socket counter as the drops column, read without scanning /proc.
+SO_MEMINFO: Final = 55
+_MEMINFO: Final = struct.Struct("=9I")
+_MEMINFO_DROPS: Final = 8
 
 
 def parse_drops(text: str) -> dict[int, int]:
@@ -45,3 +51,20 @@ def socket_drops(socks: Iterable[socket.socket]) -> int | None:
     except OSError:
         return None
     return sum(table.get(inode, 0) for inode in inodes)
+
+
+def drops_before_close(sock: socket.socket) -> int:
+    """The kernel's drop count of one socket about to be closed (0 if it cannot be read).
+
+    A socket that closes takes its count with it; callers that report a sum over sockets
+    which come and go (the relay's flow and return sockets) fold this in first, so their
+    total never goes back. One getsockopt, cheap enough for every close.
+    """
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, _MEMINFO.size)
+    except OSError:
+        return 0
+    if len(raw) < _MEMINFO.size:
+        return 0
+    drops: int = _MEMINFO.unpack_from(raw)[_MEMINFO_DROPS]
+    return drops

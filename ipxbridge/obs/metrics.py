@@ -51,7 +51,7 @@ class RelaySnapshot:
     kinds: dict[str, str] = field(default_factory=dict)
     netlink_events: dict[str, int] = field(default_factory=dict)
     received_by_interface: dict[str, int] = field(default_factory=dict)
-    kernel_drops: int | None = None  # at the relay ports; None: unknown (no /proc)
+    kernel_drops: int | None = None  # at the relay's sockets; None: unknown (no /proc)
     # nftables fast path drops before the socket, by reason; None: no fast path
     fastpath_dropped: dict[str, int] | None = None
     # rewrite-mode flow table (policy/flows.py): open flows by standing, return sockets,

@@ -398,10 +398,17 @@ def test_relay_books_balance_over_a_mix_of_every_outcome(topo: Net, workdir: Pat
         for _ in range(3):
             stranger.sendto(b"not the player", ret)  # return_not_player
         # 1,100 host ports answer: the return table (1024) fills, the rest are flow_limit.
-        for n, sock in enumerate(host_ports):
-            sock.sendto(b"answer", flow)
-            if n % 50 == 49:
-                time.sleep(0.005)  # stay inside the flow socket's receive buffer
+        # In batches of 100, each once the bridge has read the one before: a flow socket's
+        # buffer holds a few hundred, and a fixed pause was too short on a busy machine.
+        before = relay_books(topo)[0]["received"]
+        for start in range(0, len(host_ports), 100):
+            batch = host_ports[start : start + 100]
+            for sock in batch:
+                sock.sendto(b"answer", flow)
+            before += len(batch)
+            deadline = time.monotonic() + 10
+            while relay_books(topo)[0]["received"] < before and time.monotonic() < deadline:
+                time.sleep(0.02)
         # 20 + 3 malformed or misaddressed + reply + join + 3 strangers + the host ports: the
         # bridge has read them all (or the kernel dropped some) once the books stop moving
         # at that total; "stopped moving" alone passed too early on a busy machine.
