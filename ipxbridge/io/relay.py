@@ -338,6 +338,7 @@ class BroadcastRelay:
                     source=src_addr,
                     now=now,
                     dp8_context=dp8,
+                    kind=decision.kind,
                 )
             if reason is not None:
                 continue

@@ -103,6 +103,7 @@ class Inspector:
         source: Hashable,
         now: float,
         dp8_context: bool = False,
+        kind: DPlayKind | None = None,
     ) -> DPlayMessage | None:
         """Inspect one payload; returns the decoded message, or None if not DirectPlay.
 
@@ -114,8 +115,11 @@ class Inspector:
             now: monotonic time.
             dp8_context: the payload came from a DirectPlay 8 port (6073, 2302-2400), so
                 DirectPlay 8 connection frames are recognised too.
+            kind: ``classify(payload, dp8_context=dp8_context)`` if the caller has it
+                already (the relay's decision does), so it is not worked out twice.
         """
-        kind = classify(payload, dp8_context=dp8_context)
+        if kind is None:
+            kind = classify(payload, dp8_context=dp8_context)
         if kind is DPlayKind.NONE:
             return None
         if kind is DPlayKind.DP4_PLAYER:

@@ -87,7 +87,7 @@ from ipxbridge.wire.directplay import (
     peek_dp4,
     rewrite_sockaddr,
 )
-from ipxbridge.wire.dplay8 import DP8_ENUM_PORT
+from ipxbridge.wire.dplay8 import DP8_ENUM_PORT, is_dp8_port
 
 LIMITED_BROADCAST: Final = "255.255.255.255"
 # DSCP of every relayed copy, kernel or Python (EF): a marked datagram is never fanned out
@@ -222,6 +222,9 @@ class RelayDecision:
     drop_reason: str | None
     copies: tuple[Copy, ...] = ()
     sockaddr_rewritten: bool = False
+    # The payload's DirectPlay kind when the decision got as far as classifying it, so the
+    # inspector does not classify the same bytes again (None: not classified).
+    kind: DPlayKind | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,13 +403,15 @@ class RelayPolicy:
             return RelayDecision("duplicate")
         if ttl <= 1:
             return RelayDecision("ttl_expired")
-        kind = classify(payload)
+        # With the port's DirectPlay 8 context, so this is the kind the inspector needs too
+        # (the context only adds DP8 session frames, after every kind tested below).
+        kind = classify(payload, dp8_context=is_dp8_port(dst_port))
         enumeration = kind is DPlayKind.DP8_ENUM_QUERY
         rewritten = False
         if kind is DPlayKind.DP4:
             address, command = peek_dp4(payload)  # classify() saw the 24 bytes it needs
             if address not in (_ANY, src[0]):
-                return RelayDecision("dp4_sockaddr_mismatch")  # rule 7
+                return RelayDecision("dp4_sockaddr_mismatch", kind=kind)  # rule 7
             enumeration = command == DP4Command.ENUMSESSIONS
             if address == _ANY and settings.source_mode is SourceMode.REWRITE:
                 # The host would answer the packet's source: the bridge. Name the player.
@@ -415,10 +420,10 @@ class RelayPolicy:
                 except DPlayError:
                     # classify() checked the token and 'play' only; the SOCKADDR's family and
                     # sin_zero are checked here (protocols.md 1.2). Rule 8: drop, not mislead.
-                    return RelayDecision("bad_sockaddr")
+                    return RelayDecision("bad_sockaddr", kind=kind)
                 rewritten = True
         if enumeration and not self._enums.allow(src[0], now):
-            return RelayDecision("enum_rate")
+            return RelayDecision("enum_rate", kind=kind)
         if rewritten:
             loops.remember(hash((dst_port, payload)), ttl, now)
         out_ttl = ttl - 1
@@ -432,8 +437,8 @@ class RelayPolicy:
             else:
                 copies.extend(Copy(egress, peer, payload, out_ttl) for peer in egress.peers)
         if not copies:
-            return RelayDecision("no_destination")
-        return RelayDecision(None, tuple(copies), rewritten)
+            return RelayDecision("no_destination", kind=kind)
+        return RelayDecision(None, tuple(copies), rewritten, kind)
 
     def set_window(self, seconds: float) -> None:
         """Change the loop-detection window (configuration reload)."""

@@ -57,6 +57,7 @@ from ipxbridge.policy.switch import (
 )
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ethernet, ipx, ipxwrapper
+from ipxbridge.wire.dplay8 import is_dp8_port
 from ipxbridge.wire.errors import WIRE_REASONS, WireError
 from ipxbridge.wire.pcap import PCAP_REASONS, PcapError
 from tests.unit.vectors import VECTORS_INTERFACES, VECTORS_PCAP, load_vectors
@@ -446,6 +447,8 @@ def check_relay(data: bytes) -> None:
                 now=now,
                 tos=tos,
             )
+            if d.kind is not None:  # handed to the inspector in place of its own classify
+                assert d.kind is dp.classify(payload, dp8_context=is_dp8_port(port)), d.kind
             if d.drop_reason is not None:
                 assert d.drop_reason in RELAY_DROP_REASONS, d.drop_reason
                 assert not d.copies

@@ -25,8 +25,10 @@ from ipxbridge.wire.directplay import (
     SockAddr,
     build_dp8_enum_query,
     build_enum_sessions,
+    classify,
     parse_dplay,
 )
+from ipxbridge.wire.dplay8 import is_dp8_port
 
 LAN_A = Egress(2, "lanA", "lan", "10.0.1.1", "10.0.1.255", networks=("10.0.1.0/24",))
 LAN_B = Egress(3, "lanB", "lan", "10.0.2.1", "10.0.2.255", networks=("10.0.2.0/24",))
@@ -423,3 +425,28 @@ def test_nft_ruleset_validates_sources_and_form_like_the_policy() -> None:
     assert 'udp sport 0 counter drop comment "source_port_zero"' in script
     assert "!= @wellformed counter drop" in script
     assert "1500 . 1480" in script
+
+
+def test_the_decision_carries_the_kind_the_inspector_would_work_out() -> None:
+    """The relay hands its classification to the inspector instead of classifying the same
+    bytes twice per datagram, so it must be the inspector's: with the port's DP8 context."""
+    p = policy()
+    frame = b"\x01\x00\x00\x00" + bytes(12)  # a DP8 DFRAME: DirectPlay 8 only on its ports
+    for port, payload in ((47624, enum()), (6073, frame), (47624, frame), (6073, b"hello")):
+        d = p.decide(
+            payload,
+            src=PLAYER,
+            dst_ip="255.255.255.255",
+            dst_port=port,
+            ingress=2,
+            ttl=64,
+            now=float(port),
+        )
+        assert d.drop_reason is None
+        assert d.kind is classify(payload, dp8_context=is_dp8_port(port)), (port, d.kind)
+    assert (
+        p.decide(
+            b"x", src=PLAYER, dst_ip="255.255.255.255", dst_port=47624, ingress=9, ttl=64, now=0.0
+        ).kind
+        is None
+    )  # not_selected: decided before any look at the payload
