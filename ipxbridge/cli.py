@@ -15,7 +15,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ipxbridge import __version__, interfaces_cmd
 from ipxbridge.config import (
@@ -57,6 +57,25 @@ def iface_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+IPX_PORT_KINDS: Final = ("ethernet", "ipxwrapper", "rfc1234")
+
+
+def ipx_iface_arg(text: str) -> dict[str, Any]:
+    """``--ipx-iface NAME[:KIND,KIND]``: an ``ipx.interfaces`` entry (kinds default)."""
+    name, _, kinds = text.partition(":")
+    entry: dict[str, Any] = {"name": iface_arg(name)}
+    if kinds:
+        chosen = [k.strip() for k in kinds.split(",")]
+        bad = [k for k in chosen if k not in IPX_PORT_KINDS]
+        if bad or not chosen:
+            raise argparse.ArgumentTypeError(
+                f"unknown port kind {', '.join(bad) or '(none)'} (expected "
+                f"{', '.join(IPX_PORT_KINDS)})"
+            )
+        entry["kinds"] = chosen
+    return entry
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (kept public so the docs and tests can introspect it)."""
     parser = argparse.ArgumentParser(
@@ -87,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NAME",
         help="relay broadcasts on this interface (name, glob or CIDR), repeatable",
+    )
+    run.add_argument(
+        "--ipx-iface",
+        type=ipx_iface_arg,
+        action="append",
+        metavar="NAME[:KIND,KIND]",
+        help="IPX ports on this interface, repeatable; kinds ethernet, ipxwrapper, rfc1234 "
+        "(default ethernet,ipxwrapper)",
     )
     run.add_argument(
         "--relay-port",
@@ -182,6 +209,8 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         flags.setdefault("ipx", {})["peers"] = list(args.peer)
     if args.iface:
         flags.setdefault("relay", {})["interfaces"] = [{"name": n} for n in args.iface]
+    if args.ipx_iface:
+        flags.setdefault("ipx", {})["interfaces"] = list(args.ipx_iface)
     if args.relay_port:
         flags.setdefault("relay", {})["ports"] = list(args.relay_port)
     if args.fast_path is not None:

@@ -78,6 +78,18 @@ ipx:
   dedup_window: 2.0
   # Never relay NetBIOS/SMB/NCP/SAP/RIP/SNMP sockets (file sharing, not games).
   filter_sockets: true
+  # Interface ports: the same IPX network on chosen interfaces and VPNs, for players the
+  # tunnel cannot reach. kinds: ethernet = native IPX frames (DOS PCs, Windows 9x, 86Box,
+  # PCem, QEMU; needs CAP_NET_RAW, puts the interface in promiscuous mode while running);
+  # ipxwrapper = IPXWrapper's own UDP (54792); rfc1234 = RFC 1234 hosts on the subnet.
+  # role, peers: as for relay interfaces. framing (ethernet): auto = learned per station,
+  # 802.2 until one is heard; or ethernet_ii | 802.3 | 802.2 | snap.
+  #   interfaces:
+  #     - name: eth1
+  #       kinds: [ethernet, ipxwrapper]
+  #     - name: wg0
+  #       kinds: [ipxwrapper]
+  interfaces: []
 relay:
   # Interfaces whose broadcasts are re-sent on each other: names, globs ("wg*") or CIDRs.
   # role: lan = subnet broadcast; p2p = a unicast copy to each peer (WireGuard, tun);
@@ -212,6 +224,48 @@ def _network(value: object) -> ipaddress.IPv4Network:
 Network = Annotated[ipaddress.IPv4Network, BeforeValidator(_network)]
 
 
+def check_interface_pattern(value: str) -> str:
+    """An interface name, glob or CIDR as given: anything but empty.
+
+    Raises:
+        ValueError: the pattern is empty or only blanks (it would select nothing, silently).
+    """
+    if not value.strip():
+        raise ValueError("empty interface name (expected a name, a glob like wg* or a CIDR)")
+    return value
+
+
+InterfacePattern = Annotated[str, AfterValidator(check_interface_pattern)]
+
+
+PortKindName = Literal["ethernet", "ipxwrapper", "rfc1234"]
+FramingName = Literal["auto", "ethernet_ii", "802.3", "802.2", "snap"]
+Ipv4Text = Annotated[str, AfterValidator(lambda v: str(ipaddress.IPv4Address(v)))]
+
+
+class IpxInterface(_Model):
+    """Interface ports of the IPX switch on one interface (or a set: glob / CIDR), issue 13."""
+
+    name: InterfacePattern  # interface name, glob ("eth*") or CIDR ("10.8.0.0/24")
+    # ethernet: native IPX frames (CAP_NET_RAW); ipxwrapper: IPXWrapper's UDP 54792;
+    # rfc1234: RFC 1234 hosts on the subnet (UDP on the tunnel's port).
+    kinds: tuple[PortKindName, ...] = ("ethernet", "ipxwrapper")
+    role: Literal["auto", "lan", "p2p"] = "auto"
+    # Unicast targets on a p2p interface; empty = the WireGuard AllowedIPs (/32s).
+    peers: tuple[Ipv4Text, ...] = ()
+    # Ethernet frame type: auto = learned per station (802.2 until one is heard), or fixed.
+    framing: FramingName = "auto"
+
+    @field_validator("kinds")
+    @classmethod
+    def _kinds(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("at least one of ethernet, ipxwrapper, rfc1234")
+        if len(set(value)) != len(value):
+            raise ValueError("each kind at most once")
+        return value
+
+
 class IpxSection(_Model):
     """The IPX-over-UDP tunnel."""
 
@@ -238,6 +292,8 @@ class IpxSection(_Model):
     filtered_sockets: tuple[Annotated[int, Field(ge=0, le=0xFFFF, strict=True)], ...] = tuple(
         sorted(DEFAULT_FILTERED_SOCKETS)
     )
+    # Interface ports (native Ethernet, IPXWrapper, RFC 1234 segments); empty = none.
+    interfaces: tuple[IpxInterface, ...] = ()
 
     @field_validator("listen")
     @classmethod
@@ -247,19 +303,21 @@ class IpxSection(_Model):
         except ValueError as exc:
             raise ValueError(f"{exc} (expected ADDR:PORT or off)") from None
 
-
-def check_interface_pattern(value: str) -> str:
-    """An interface name, glob or CIDR as given: anything but empty.
-
-    Raises:
-        ValueError: the pattern is empty or only blanks (it would select nothing, silently).
-    """
-    if not value.strip():
-        raise ValueError("empty interface name (expected a name, a glob like wg* or a CIDR)")
-    return value
-
-
-InterfacePattern = Annotated[str, AfterValidator(check_interface_pattern)]
+    @field_validator("interfaces")
+    @classmethod
+    def _interfaces(
+        cls, value: tuple[IpxInterface, ...], info: ValidationInfo
+    ) -> tuple[IpxInterface, ...]:
+        listen = info.data.get("listen")
+        if value and listen == "off":
+            raise ValueError("interface ports need the IPX switch: ipx.listen is off")
+        wildcard = listen is None or parse_host_port(listen).host == "0.0.0.0"
+        if not wildcard and any("rfc1234" in i.kinds for i in value):
+            raise ValueError(
+                f"rfc1234 ports receive subnet broadcasts: ipx.listen must be 0.0.0.0:PORT, "
+                f"not {listen}"
+            )
+        return value
 
 
 def _check_guid_table(value: dict[str, str]) -> dict[str, str]:

@@ -1,20 +1,54 @@
-"""The IPX service: the switch on its UDP socket, with its RFC 1234 peers and DOSBox clients."""
+"""The IPX service: the switch with its UDP socket, its peers, clients and interface ports.
+
+Interface ports (issue 13) are native Ethernet, IPXWrapper and RFC 1234 segments.
+
+The interface ports follow the topology like the relay's egresses: the plan
+(``policy/ipx_ports.plan_ports``) is rebuilt on every netlink change and after each read of
+the WireGuard peers (off the loop), and the difference applied: a port whose interface
+vanished is closed, one on a re-created interface (new ifindex) is reopened, a new one is
+opened, and a UDP port whose addresses or peers changed takes the new plan in place.
+"""
 
 import asyncio
+import contextlib
+import errno
+import functools
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ipxbridge import __version__
 from ipxbridge.config import Config, parse_host_port, resolve_ipv4
 from ipxbridge.errors import StartupError
+from ipxbridge.io.netlink import TopologyWatcher
+from ipxbridge.io.segments import EthernetPort, IpxWrapperSocket, Rfc1234Port, SegmentPort
 from ipxbridge.io.udp import IpxEndpoint, make_server_node_lookup, open_udp_socket
+from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS, read_wireguard_peers
 from ipxbridge.obs.counters import IpxCounters, LatencyHistogram
 from ipxbridge.obs.metrics import IpxSnapshot
 from ipxbridge.policy.dplay_inspect import Inspector
-from ipxbridge.policy.switch import Address, IpxSwitch, SwitchSettings
+from ipxbridge.policy.ipx_ports import (
+    IpxInterface,
+    PortPlan,
+    Skipped,
+    plan_ports,
+    segment_for_source,
+)
+from ipxbridge.policy.relay import wireguard_reads
+from ipxbridge.policy.switch import Address, IpxSwitch, PortKind, Segment, SwitchSettings
+from ipxbridge.policy.topology import Topology
+from ipxbridge.wire.ipxwrapper import IPXWRAPPER_UDP_PORT
 
 logger = logging.getLogger(__name__)
+
+
+def ipx_interfaces(config: Config) -> tuple[IpxInterface, ...]:
+    """The configured interface ports as the plan takes them."""
+    return tuple(
+        IpxInterface(i.name, tuple(PortKind(k) for k in i.kinds), i.role, i.peers, i.framing)
+        for i in config.ipx.interfaces
+    )
 
 
 def switch_settings(config: Config) -> SwitchSettings:
@@ -49,6 +83,18 @@ class IpxService:
         self.latency = LatencyHistogram()
         self.endpoint: IpxEndpoint | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Interface ports (issue 13).
+        self._interfaces = ipx_interfaces(config)
+        self.watcher: TopologyWatcher | None = None
+        self.plans: dict[Segment, PortPlan] = {}
+        self.skipped: tuple[Skipped, ...] = ()
+        self._ipxwrapper: IpxWrapperSocket | None = None
+        self._wg_peers: dict[str, list[str]] = {}
+        self._wg_executor: ThreadPoolExecutor | None = None
+        self._peer_task: asyncio.Task[None] | None = None
+        self._next_peer_check = 0.0
+        self._logged_plan: tuple[str, ...] | None = None
+        self._open_errors: dict[Segment, str] = {}
 
     @property
     def enabled(self) -> bool:
@@ -74,11 +120,17 @@ class IpxService:
             tuple(peers),
             make_server_node_lookup(sock),
             os.urandom,  # probe nonces must be unguessable (policy/switch.py rule 2)
+            bridge_id=os.urandom(6),
         )
         self.endpoint = IpxEndpoint(
             self._loop, sock, switch, self.counters, self.inspector, latency=self.latency
         )
         self.endpoint.start()
+        try:
+            await self._start_interfaces()
+        except BaseException:
+            self.endpoint.close()
+            raise
         logger.info(
             "ipxbridge %s: IPX tunnel on udp %s (RFC 1234 + DOSBox), peers: %s",
             __version__,
@@ -87,7 +139,21 @@ class IpxService:
         )
 
     async def stop(self) -> None:
-        """Close the socket and log the books."""
+        """Close the sockets and log the books."""
+        if self.watcher is not None:
+            await self.watcher.close()
+        if self._peer_task is not None:
+            self._peer_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._peer_task
+        if self._wg_executor is not None:
+            self._wg_executor.shutdown(wait=False, cancel_futures=True)
+        for segment in list(self.plans):
+            self._close_port(segment)
+        if self._ipxwrapper is not None:
+            assert self._loop is not None  # noqa: S101 - set by start()
+            self._loop.remove_reader(self._ipxwrapper.fileno())
+            self._ipxwrapper.close()
         if self.endpoint is None:
             return
         kernel_drops = self.endpoint.kernel_drops()  # None: /proc unreadable
@@ -106,11 +172,160 @@ class IpxService:
             except ValueError as exc:
                 logger.warning("reload: peer %s: %s (left out)", text, exc)
         self.endpoint.switch.reconfigure(switch_settings(config), tuple(peers))
+        interfaces = ipx_interfaces(config)
+        if interfaces != self._interfaces:
+            self._interfaces = interfaces
+            if self.watcher is None and interfaces:
+                # Turned on by the reload: watch from now on.
+                asyncio.get_running_loop().create_task(self._start_interfaces())
+            elif self.watcher is not None:
+                self._apply_plan(self.watcher.topology)
+                self._refresh_peers()
 
     def tick(self, now: float) -> None:
-        """Keepalives, probes of unverified clients, expiry."""
+        """Keepalives, probes of unverified clients, expiry, beacons; WireGuard peer reads."""
         if self.endpoint is not None:
             self.endpoint.tick(now)
+        if self.watcher is not None and now >= self._next_peer_check:
+            self._next_peer_check = now + PEER_REFRESH_SECONDS
+            if any(p.role == "p2p" for p in self.plans.values()):
+                self._refresh_peers()
+
+    # --- interface ports (issue 13) --------------------------------------------------------
+
+    async def _start_interfaces(self) -> None:
+        """Watch the topology and open the first plan's ports (nothing without interfaces).
+
+        Raises:
+            StartupError: IPXWrapper's port is taken.
+        """
+        if not self._interfaces or self.endpoint is None or self.watcher is not None:
+            return
+        if any(PortKind.IPXWRAPPER in i.kinds for i in self._interfaces):
+            try:
+                self._ipxwrapper = IpxWrapperSocket(self.endpoint)
+            except OSError as exc:
+                raise StartupError(
+                    f"cannot listen on udp 0.0.0.0:{IPXWRAPPER_UDP_PORT} for IPXWrapper ports: "
+                    f"{exc.strerror} (is IPXWrapper or another bridge running on this box?)"
+                ) from None
+            assert self._loop is not None  # noqa: S101 - set by start()
+            self._loop.add_reader(self._ipxwrapper.fileno(), self._ipxwrapper.on_readable)
+        self.watcher = TopologyWatcher(self._on_topology)
+        await self.watcher.start()
+        await self._read_peers()
+
+    def _on_topology(self, topology: Topology) -> None:
+        self._apply_plan(topology)
+        self._refresh_peers()
+
+    def _refresh_peers(self) -> None:
+        if self._peer_task is not None and not self._peer_task.done():
+            return
+        self._peer_task = asyncio.get_running_loop().create_task(
+            self._read_peers(), name="ipx-wireguard-peers"
+        )
+
+    async def _read_peers(self) -> None:
+        """Read the WireGuard peers of p2p ports off the loop, then re-plan. Never raises."""
+        if self.watcher is None:
+            return
+        try:
+            selections = tuple(i.selection for i in self._interfaces)
+            names = wireguard_reads(self.watcher.topology, selections)
+            if names:
+                if self._wg_executor is None:
+                    self._wg_executor = ThreadPoolExecutor(1, thread_name_prefix="ipx-wg")
+                self._wg_peers = await read_wireguard_peers(names, self._wg_executor)
+            self._apply_plan(self.watcher.topology)
+        except Exception:
+            logger.exception("rebuilding the IPX interface ports failed")
+
+    def _apply_plan(self, topology: Topology) -> None:
+        """Open, reopen, update and close interface ports to match the topology."""
+        endpoint = self.endpoint
+        if endpoint is None:
+            return
+        plans, skipped = plan_ports(topology, self._interfaces, self._wg_peers)
+        wanted = {p.segment: p for p in plans}
+        for segment, old in list(self.plans.items()):
+            new = wanted.get(segment)
+            if new is None or _must_reopen(old, new):
+                self._close_port(segment)
+        failed: list[Skipped] = []
+        for segment, plan in wanted.items():
+            port = endpoint.segments.get(segment)
+            if port is None:
+                why = self._open_port(plan)
+                if why:
+                    failed.append(Skipped(segment.interface, segment.kind, why))
+                    continue
+            elif plan != port.plan:
+                port.plan = plan  # a UDP port: new addresses or peers, same socket
+                self.plans[segment] = plan
+        self.skipped = skipped + tuple(failed)
+        own = frozenset(a.address for i in topology.interfaces for a in i.addresses)
+        udp_plans = tuple(p for p in self.plans.values() if p.segment.kind is PortKind.RFC1234)
+        switch = endpoint.switch
+        switch.own_ips = own if udp_plans else frozenset()
+        switch.udp_segment_for = functools.partial(segment_for_source, udp_plans, PortKind.RFC1234)
+        if self._ipxwrapper is not None:
+            self._ipxwrapper.own_ips = own
+        self._log_plan()
+
+    def _open_port(self, plan: PortPlan) -> str:
+        """Open one port; returns why not ("" when it is open)."""
+        endpoint = self.endpoint
+        assert endpoint is not None  # noqa: S101 - started
+        assert self._loop is not None  # noqa: S101 - started
+        segment = plan.segment
+        port: SegmentPort
+        if segment.kind is PortKind.ETHERNET:
+            try:
+                port = EthernetPort(plan, endpoint)
+            except OSError as exc:
+                why = (
+                    "no CAP_NET_RAW (needed for native IPX frames)"
+                    if exc.errno in (errno.EPERM, errno.EACCES)
+                    else f"cannot open: {exc.strerror}"
+                )
+                if self._open_errors.get(segment) != why:
+                    logger.error("IPX port %s: %s", segment, why)  # noqa: TRY400 - no trace
+                self._open_errors[segment] = why
+                return why
+            self._loop.add_reader(port.fileno(), port.on_readable)
+        elif segment.kind is PortKind.IPXWRAPPER:
+            assert self._ipxwrapper is not None  # noqa: S101 - opened when a kind asks
+            port = self._ipxwrapper.port_for(plan, self.counters)
+        else:
+            port = Rfc1234Port(plan, endpoint.sock, endpoint.address[1], self.counters)
+        self._open_errors.pop(segment, None)
+        endpoint.segments[segment] = port
+        self.plans[segment] = plan
+        endpoint.switch.add_segment(segment)
+        return ""
+
+    def _close_port(self, segment: Segment) -> None:
+        endpoint = self.endpoint
+        self.plans.pop(segment, None)
+        if endpoint is None:
+            return
+        port = endpoint.segments.pop(segment, None)
+        endpoint.switch.remove_segment(segment)
+        if isinstance(port, EthernetPort):
+            assert self._loop is not None  # noqa: S101 - started
+            self._loop.remove_reader(port.fileno())
+            port.close()
+        elif port is not None and self._ipxwrapper is not None:
+            self._ipxwrapper.ports.pop(segment, None)
+
+    def _log_plan(self) -> None:
+        parts = tuple(sorted(_describe(p) for p in self.plans.values()))
+        parts += tuple(f"{s.interface}/{s.kind} NOT open: {s.why}" for s in self.skipped)
+        if parts == self._logged_plan:
+            return
+        self._logged_plan = parts
+        logger.info("IPX interface ports: %s", "; ".join(parts) or "none (no interface matches)")
 
     def probe(self, payload: bytes) -> None:
         """A DirectPlay probe to every client (``DirectPlayService.probe_ipx``)."""
@@ -129,6 +344,11 @@ class IpxService:
             self.endpoint.kernel_drops(),
             self.counters,
             self.latency,
+            tuple(
+                (str(s.kind), s.interface, sw.learned_on(s), len(sw.bridges_on(s)))
+                for s in self.endpoint.segments
+            ),
+            tuple((str(s.kind), s.interface) for s in self.skipped),
         )
 
     def clients_json(self) -> list[dict[str, Any]]:
@@ -137,7 +357,8 @@ class IpxService:
             return []
         now = self._loop.time()
         sw = self.endpoint.switch
-        out: list[dict[str, Any]] = [
+        out: list[dict[str, Any]] = self._stations_json(now)
+        out += [
             {
                 "kind": "dosbox",
                 "address": f"{c.addr[0]}:{c.addr[1]}",
@@ -152,3 +373,43 @@ class IpxService:
             for p in sw.peers.values()
         ]
         return out
+
+    def _stations_json(self, now: float) -> list[dict[str, Any]]:
+        """Stations learned on interface ports: native, IPXWrapper and RFC 1234 hosts."""
+        endpoint = self.endpoint
+        assert endpoint is not None  # noqa: S101 - checked by the caller
+        out: list[dict[str, Any]] = []
+        for node, segment, seen in endpoint.switch.learned_segment_nodes():
+            port = endpoint.segments.get(segment)
+            item: dict[str, Any] = {
+                "kind": str(segment.kind),
+                "interface": segment.interface,
+                "node": node.hex(":"),
+                "idle_seconds": round(now - seen, 1),
+            }
+            if isinstance(port, EthernetPort):
+                item["framing"] = str(port.fixed or port.framings.framing_for(node))
+            elif port is not None:
+                link = port.links.get(node)
+                if link is not None:
+                    item["address"] = f"{link[0]}:{link[1]}"
+            out.append(item)
+        return out
+
+
+def _must_reopen(old: PortPlan, new: PortPlan) -> bool:
+    """An Ethernet socket is bound to one ifindex (a re-created interface has a new one)."""
+    if old.segment.kind is not PortKind.ETHERNET:
+        return False
+    return (old.index, old.mtu, old.framing) != (new.index, new.mtu, new.framing)
+
+
+def _describe(plan: PortPlan) -> str:
+    segment = plan.segment
+    if segment.kind is PortKind.ETHERNET:
+        framing = "framing learned per station" if plan.framing == "auto" else plan.framing
+        return f"{segment} ({framing}, promiscuous)"
+    if plan.role == "lan":
+        return f"{segment} (lan, broadcast {plan.broadcast or 'none'} from {plan.address})"
+    peers = ", ".join(plan.peers) or "NO peers known: nothing will be sent there"
+    return f"{segment} (p2p, peers {peers})"

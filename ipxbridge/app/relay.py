@@ -18,7 +18,7 @@ from ipxbridge.errors import StartupError
 from ipxbridge.io.netlink import TopologyWatcher
 from ipxbridge.io.nftables import FastPathCounts, KernelFanout, Removal, remove_table
 from ipxbridge.io.relay import BroadcastRelay, ip_forward_enabled, raw_sockets_allowed
-from ipxbridge.io.wireguard import read_wireguard_peers
+from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS, read_wireguard_peers
 from ipxbridge.obs.counters import RelayCounters
 from ipxbridge.obs.metrics import RelaySnapshot
 from ipxbridge.policy.dplay_inspect import Inspector
@@ -38,8 +38,6 @@ from ipxbridge.policy.topology import Topology, select
 
 logger = logging.getLogger(__name__)
 
-# WireGuard peer changes (wg set) raise no netlink event: the peers are re-read this often.
-PEER_REFRESH_SECONDS: Final = 10.0
 KERNEL_READ_SECONDS: Final = 5.0  # how often the fast path's counters are read
 
 _T = TypeVar("_T")

@@ -20,11 +20,12 @@ from time import perf_counter
 from typing import Final
 
 from ipxbridge.errors import StartupError
+from ipxbridge.io.segments import Rfc1234Port, SegmentPort
 from ipxbridge.io.sockstats import socket_drops
 from ipxbridge.obs.counters import IpxCounters, LatencyHistogram
 from ipxbridge.obs.logging import RateLimiter
 from ipxbridge.policy.dplay_inspect import Inspector
-from ipxbridge.policy.switch import Address, IpxSwitch, Outcome
+from ipxbridge.policy.switch import Address, Decision, IpxSwitch, Outcome, Port, Segment
 from ipxbridge.wire.ipx import HEADER_LEN, SOCKET_DPLAY_DISCOVERY, IpxHeader, dosbox_node
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ def open_udp_socket(host: str, port: int) -> socket.socket:
                 sock.setsockopt(socket.SOL_SOCKET, force, SOCKET_BUFFER)
             except OSError:
                 sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
+        # RFC 1234 segments (issue 13) are reached by subnet broadcast from this socket.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
@@ -119,6 +122,8 @@ class IpxEndpoint:
         self.inspector = inspector
         self.latency = latency or LatencyHistogram()
         self._sample = 0
+        # Interface ports (io/segments.py), by the segment the switch targets.
+        self.segments: dict[Segment, SegmentPort] = {}
         self._event_log = RateLimiter(rate=2.0, burst=20)
         self._drop_log = RateLimiter(rate=5.0, burst=20)  # per-packet lines: debug only
 
@@ -141,14 +146,32 @@ class IpxEndpoint:
         self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
 
-    def _send(self, packet: bytes, addr: Address) -> None:
+    @property
+    def sock(self) -> socket.socket:
+        """The tunnel's socket (RFC 1234 segments send through it)."""
+        return self._sock
+
+    def now(self) -> float:
+        """The loop's clock, as the switch takes it."""
+        return self._loop.time()
+
+    def _send(self, packet: bytes, addr: Port) -> None:
         self._send_many(packet, (addr,))
 
-    def _send_many(self, packet: bytes, targets: tuple[Address, ...]) -> None:
-        """One ``sendto`` per copy (the floor: ~60% of forwarding time); counted once."""
+    def _send_many(self, packet: bytes, targets: tuple[Port, ...]) -> None:
+        """One ``sendto`` per copy (the floor: ~60% of forwarding time); counted once.
+
+        A segment target goes to its port, which counts its own copies (frames per framing,
+        datagrams per peer).
+        """
         sendto = self._sock.sendto
         sent = 0
         for addr in targets:
+            if isinstance(addr, Segment):
+                port = self.segments.get(addr)
+                if port is not None:
+                    port.send(packet, packet[10:16])  # destination node, protocols.md 3.1
+                continue
             try:
                 sendto(packet, addr)
             except BlockingIOError:
@@ -165,11 +188,11 @@ class IpxEndpoint:
         sock = self._sock
         switch = self.switch
         counters = self.counters
-        send = self._send
-        send_many = self._send_many
-        inspector = self.inspector
+        apply = self._apply
+        clients = switch.clients
+        peers = switch.peers
+        udp_segments = bool(switch.segments)
         now = self._loop.time()
-        debug = logger.isEnabledFor(logging.DEBUG)
         for _ in range(MAX_PER_WAKEUP):
             try:
                 data, addr = sock.recvfrom(RECV_BUFSIZE)
@@ -184,36 +207,89 @@ class IpxEndpoint:
             self._sample = (self._sample + 1) & 15
             started = perf_counter() if self._sample == 0 else 0.0
             decision = switch.handle(data, addr, now)
-            outcome = decision.outcome
-            if outcome is Outcome.FORWARDED:
-                counters.forwarded += 1
-                counters.forward_kinds[decision.detail] += 1
-                packet = decision.packet
-                assert packet is not None  # noqa: S101 - invariant of Outcome.FORWARDED
-                send_many(packet, decision.targets)
-                if decision.held:
-                    counters.held_unverified += decision.held
-            elif outcome is Outcome.CONTROL:
-                counters.control += 1
-            else:
-                counters.dropped[decision.detail] += 1
-                counters.held_unverified += decision.held
-                if debug and self._drop_log.allow(now):
-                    logger.debug("drop %s from %s:%d", decision.detail, addr[0], addr[1])
-            for reply, target in decision.replies:
-                send(reply, target)
-            if started and outcome is Outcome.FORWARDED:
-                self.latency.observe(perf_counter() - started)
-            header = decision.header
-            if inspector is not None and header is not None and len(data) > HEADER_LEN:
-                inspector.inspect(
-                    memoryview(data)[HEADER_LEN:],
-                    transport="ipx",
-                    host=ipx_host(header),
-                    source=("ipx", header.src_node),
-                    now=now,
-                )
+            # The port it came in on, for the books per port (issue 13).
+            label = _DOSBOX
+            if addr in peers:
+                label = _PEER
+            elif udp_segments and addr not in clients:
+                segment = switch.udp_segment_for(addr[0])
+                if segment is not None:
+                    label = (segment.kind, segment.interface)
+                    port = self.segments.get(segment)
+                    if isinstance(port, Rfc1234Port) and decision.header is not None:
+                        port.links.learn(decision.header.src_node, addr)
+            counters.port_received[label] += 1
+            apply(decision, data, label, addr, now, started)
         self._log_events()
+
+    def ingest(self, segment: Segment, data: bytes, *, via: object = None) -> Decision:
+        """One IPX packet from an interface port (``io/segments.py``): switched and counted."""
+        counters = self.counters
+        counters.received += 1
+        counters.received_bytes += len(data)
+        label = (segment.kind, segment.interface)
+        counters.port_received[label] += 1
+        now = self._loop.time()
+        self._sample = (self._sample + 1) & 15
+        started = perf_counter() if self._sample == 0 else 0.0
+        decision = self.switch.handle_segment(segment, data, now, via=via)
+        self._apply(decision, data, label, None, now, started)
+        return decision
+
+    def reject(self, kind: str, interface: str, size: int, reason: str) -> None:
+        """A frame or datagram an interface port could not decode: received and dropped."""
+        counters = self.counters
+        counters.received += 1
+        counters.received_bytes += size
+        counters.port_received[(kind, interface)] += 1
+        counters.dropped[reason] += 1
+        counters.port_outcomes[(kind, interface, "dropped", reason)] += 1
+
+    def _apply(  # noqa: PLR0917 - the hot path: positional on purpose
+        self,
+        decision: Decision,
+        data: bytes,
+        label: tuple[str, str],
+        addr: Address | None,
+        now: float,
+        started: float,
+    ) -> None:
+        """Send what the switch decided and count it, overall and for the ingress port."""
+        counters = self.counters
+        outcome = decision.outcome
+        if outcome is Outcome.FORWARDED:
+            counters.forwarded += 1
+            counters.forward_kinds[decision.detail] += 1
+            counters.port_outcomes[(*label, "forwarded", "")] += 1
+            packet = decision.packet
+            assert packet is not None  # noqa: S101 - invariant of Outcome.FORWARDED
+            self._send_many(packet, decision.targets)
+            if decision.held:
+                counters.held_unverified += decision.held
+        elif outcome is Outcome.CONTROL:
+            counters.control += 1
+            counters.port_outcomes[(*label, "control", "")] += 1
+        else:
+            counters.dropped[decision.detail] += 1
+            counters.port_outcomes[(*label, "dropped", decision.detail)] += 1
+            counters.held_unverified += decision.held
+            debug = addr is not None and logger.isEnabledFor(logging.DEBUG)
+            if debug and addr is not None and self._drop_log.allow(now):
+                logger.debug("drop %s from %s:%d", decision.detail, addr[0], addr[1])
+        for reply, target in decision.replies:
+            self._send(reply, target)
+        if started and outcome is Outcome.FORWARDED:
+            self.latency.observe(perf_counter() - started)
+        header = decision.header
+        inspector = self.inspector
+        if inspector is not None and header is not None and len(data) > HEADER_LEN:
+            inspector.inspect(
+                memoryview(data)[HEADER_LEN:],
+                transport="ipx",
+                host=ipx_host(header),
+                source=("ipx", header.src_node),
+                now=now,
+            )
 
     def probe(self, payload: bytes) -> int:
         """Broadcast a DirectPlay probe to every client on the discovery socket 0xA57F."""
@@ -221,15 +297,15 @@ class IpxEndpoint:
         packets = switch.probe_packets(
             SOCKET_DPLAY_DISCOVERY, PROBE_SOCKET, payload, self._loop.time()
         )
-        self.counters.held_unverified += len(switch.clients) - len(packets)
+        self.counters.held_unverified += len(switch.clients) + len(switch.segments) - len(packets)
         for packet, addr in packets:
             self._send(packet, addr)
         return len(packets)
 
     def tick(self, now: float) -> None:
         """The switch's timers: keepalives, probes, expiry (``IpxSwitch.tick``)."""
-        for packet, addr in self.switch.tick(now):
-            self._send(packet, addr)
+        for packet, port in self.switch.tick(now):
+            self._send(packet, port)
         self._log_events()
         if self._event_log.suppressed:
             logger.warning("%d client events not logged (rate limit)", self._event_log.suppressed)
@@ -268,6 +344,10 @@ class IpxEndpoint:
                 logger.info("client %s:%d is outside ipx.clients_allow now, dropped", ip, port)
             else:
                 logger.info("client %s:%d idle, expired", ip, port)
+
+
+_DOSBOX: Final = ("dosbox", "")  # the tunnel socket: DOSBox-protocol clients (and strangers)
+_PEER: Final = ("peer", "")  # the tunnel socket: static RFC 1234 peers
 
 
 def ipx_host(header: IpxHeader) -> str:

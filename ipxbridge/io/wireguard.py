@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 UAPI_TIMEOUT: Final = 1.0  # seconds; wireguard-go answers a local get in well under 1 ms
 UAPI_MAX_REPLY: Final = 1 << 20  # ~5,000 peers' worth; stops a runaway reply
 
+# WireGuard peer changes (wg set) raise no netlink event: users re-read them this often.
+PEER_REFRESH_SECONDS: Final = 10.0
+
 
 def parse_uapi_get(reply: str) -> list[str] | None:
     """The ``allowed_ip`` values of a UAPI ``get=1`` reply; ``None`` if it reports an error.

@@ -22,11 +22,14 @@ class IpxCounters:
     __slots__ = (
         "bytes_sent",
         "control",
+        "copies_dropped",
         "copies_sent",
         "dropped",
         "forward_kinds",
         "forwarded",
         "held_unverified",
+        "port_outcomes",
+        "port_received",
         "received",
         "received_bytes",
         "recv_errors",
@@ -46,6 +49,12 @@ class IpxCounters:
         self.dropped: Counter[str] = Counter()
         self.forward_kinds: Counter[str] = Counter()
         self.send_errors: Counter[str] = Counter()
+        # The same books per port kind and interface (issue 13): (kind, interface) received,
+        # and (kind, interface, outcome, drop reason or "") for what became of them.
+        self.port_received: Counter[tuple[str, str]] = Counter()
+        self.port_outcomes: Counter[tuple[str, str, str, str]] = Counter()
+        # Copies a port could not carry, by (kind, interface, reason): frame_too_large.
+        self.copies_dropped: Counter[tuple[str, str, str]] = Counter()
 
     @property
     def dropped_total(self) -> int:

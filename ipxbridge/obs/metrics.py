@@ -72,6 +72,9 @@ class IpxSnapshot:
     kernel_drops: int | None = None  # at the IPX socket; None: unknown (no /proc)
     counters: IpxCounters = field(default_factory=IpxCounters)
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    # Interface ports (issue 13): (kind, interface, stations learned, other bridges seen)
+    ports: tuple[tuple[str, str, int, int], ...] = ()
+    ports_down: tuple[tuple[str, str], ...] = ()  # selected but not open: (kind, interface)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +266,7 @@ class BridgeCollector(Collector):
         peers = GaugeMetricFamily("ipxbridge_ipx_peers", "Configured RFC 1234 peers.")
         peers.add_metric([], ipx_state.peers)
         yield peers
+        yield from _ipx_port_metrics(ipx_state)
 
         messages = CounterMetricFamily(
             "ipxbridge_directplay_messages",
@@ -361,3 +365,59 @@ def make_registry(snapshot: Callable[[], BridgeSnapshot]) -> CollectorRegistry:
     registry.register(BridgeCollector(snapshot))
     ProcessCollector(registry=registry)
     return registry
+
+
+def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
+    """The IPX books per port (issue 13): each port's received = Σ its outcomes."""
+    counters = state.counters
+    received = CounterMetricFamily(
+        "ipxbridge_ipx_port_received_packets",
+        "IPX packets received, by port kind (dosbox and peer: the tunnel socket; ethernet,"
+        " ipxwrapper, rfc1234: interface ports) and interface.",
+        labels=["kind", "interface"],
+    )
+    for (kind, iface), n in sorted(counters.port_received.items()):
+        received.add_metric([kind, iface], n)
+    yield received
+    outcomes = CounterMetricFamily(
+        "ipxbridge_ipx_port_packets",
+        "What became of the packets each port received: outcome forwarded, control or"
+        " dropped (with its reason); per port they sum to its received packets.",
+        labels=["kind", "interface", "outcome", "reason"],
+    )
+    for (kind, iface, outcome, reason), n in sorted(counters.port_outcomes.items()):
+        outcomes.add_metric([kind, iface, outcome, reason], n)
+    yield outcomes
+    dropped = CounterMetricFamily(
+        "ipxbridge_ipx_port_dropped_copies",
+        "Copies an interface port could not carry (frame_too_large: over the framing's"
+        " limit at the interface's MTU; never truncated).",
+        labels=["kind", "interface", "reason"],
+    )
+    for (kind, iface, reason), n in sorted(counters.copies_dropped.items()):
+        dropped.add_metric([kind, iface, reason], n)
+    yield dropped
+    up = GaugeMetricFamily(
+        "ipxbridge_ipx_port_up",
+        "1 for an open interface port, 0 for one selected that could not be opened.",
+        labels=["kind", "interface"],
+    )
+    stations = GaugeMetricFamily(
+        "ipxbridge_ipx_port_stations",
+        "Stations learned on an interface port (native, IPXWrapper or RFC 1234 hosts).",
+        labels=["kind", "interface"],
+    )
+    bridges = GaugeMetricFamily(
+        "ipxbridge_ipx_port_bridges",
+        "Other ipxbridges heard on an interface port (their beacons).",
+        labels=["kind", "interface"],
+    )
+    for kind, iface, n_stations, n_bridges in state.ports:
+        up.add_metric([kind, iface], 1)
+        stations.add_metric([kind, iface], n_stations)
+        bridges.add_metric([kind, iface], n_bridges)
+    for kind, iface in state.ports_down:
+        up.add_metric([kind, iface], 0)
+    yield up
+    yield stations
+    yield bridges

@@ -53,6 +53,21 @@ Rules, in the order they are applied:
    ``flooded``, and never to DOSBox-protocol clients: a DOSBox client does not check the
    destination node and would hand the packet to its game as if addressed to it (protocols.md
    4.4; DOSBox's own server drops it). With no peer to try it is ``unknown_destination``.
+
+**Segments** (issue 13) are interface ports: one IPX segment reached through one interface
+in one encapsulation (``PortKind``): native Ethernet frames, IPXWrapper's UDP, or RFC 1234
+hosts on a subnet. To the rules a segment is a port like a peer: nodes are learned behind it,
+an unknown unicast may go there (its stations ignore a node that is not theirs), and its hop
+byte counts (native stacks send 0, protocols.md 3.1), except on IPXWrapper's UDP, whose header
+has no hop field. The I/O layer turns a segment target into frames or datagrams.
+
+8. Two bridges on one segment must not both put a packet on it. Every bridge sends a beacon
+   (``wire.ipx.build_beacon``, its random bridge id) on each segment and to each peer every
+   ``BEACON_INTERVAL``; a bridge seen on a segment within ``BEACON_TTL`` *shares* it. A
+   packet that arrived from a peer which shares a segment is not sent to that segment: the
+   peer put it there itself. Beacons are consumed (``beacon``), never forwarded. Identical
+   copies of one packet that arrive on different ports, or on one Ethernet segment in
+   different framings, are duplicates (rule 6).
 """
 
 import itertools
@@ -73,6 +88,8 @@ from ipxbridge.wire.ipx import (
     MAX_HOPS,
     ZERO_NODE,
     IpxHeader,
+    beacon_id,
+    build_beacon,
     build_packet,
     build_ping,
     build_ping_reply,
@@ -84,6 +101,33 @@ from ipxbridge.wire.ipx import (
 )
 
 Address = tuple[str, int]
+
+
+class PortKind(StrEnum):
+    """The kinds of interface port (issue 13); DOSBox clients and peers are UDP addresses."""
+
+    ETHERNET = "ethernet"  # native IPX frames on an AF_PACKET socket (protocols.md 3.1)
+    IPXWRAPPER = "ipxwrapper"  # IPXWrapper's own UDP encapsulation, port 54792 (6)
+    RFC1234 = "rfc1234"  # RFC 1234 hosts on a subnet, UDP 213 (5)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One IPX segment: an interface, spoken to in one encapsulation."""
+
+    interface: str
+    kind: PortKind
+
+    def __str__(self) -> str:
+        return f"{self.interface}/{self.kind}"
+
+
+# A port: a DOSBox-protocol client or RFC 1234 peer (its UDP address), or a segment.
+Port = Address | Segment
+
+# Rule 8: how often a bridge announces itself, and how long an announcement counts.
+BEACON_INTERVAL: Final = 5.0
+BEACON_TTL: Final = 3 * BEACON_INTERVAL
 
 
 class Outcome(StrEnum):
@@ -111,6 +155,7 @@ POLICY_DROP_REASONS: Final[tuple[str, ...]] = (
     "unverified_budget",
     "unverified_full",
     "source_port_zero",
+    "own_packet",
 )
 
 
@@ -123,8 +168,8 @@ class Decision:
         detail: what kind of that outcome, from a closed set per outcome: the drop reason
             (``POLICY_DROP_REASONS`` or the codec's), the kind of control packet, or the kind
             of forward (``broadcast``, ``unicast``, ``flooded``: unknown unicast, to peers).
-        packet: the bytes to send to every address in ``targets`` (None when not forwarding).
-        targets: where ``packet`` goes.
+        packet: the bytes to send to every port in ``targets`` (None when not forwarding).
+        targets: where ``packet`` goes: UDP addresses and segments.
         replies: packets the bridge itself sends back, each with its address.
         header: the IPX header, for packets that were forwarded or delivered to the bridge
             itself (the DirectPlay inspector looks at their data).
@@ -133,7 +178,7 @@ class Decision:
     outcome: Outcome
     detail: str
     packet: bytes | None = None
-    targets: tuple[Address, ...] = ()
+    targets: tuple[Port, ...] = ()
     replies: tuple[tuple[bytes, Address], ...] = ()
     header: IpxHeader | None = None  # set when the payload is worth inspecting
     held: int = 0  # copies not sent: unverified clients over their budget (rule 2)
@@ -246,6 +291,9 @@ class IpxSwitch:
         peers: tuple[Address, ...] = (),
         server_node_for: Callable[[Address], bytes] | None = None,
         random_bytes: Callable[[int], bytes] | None = None,
+        *,
+        segments: tuple[Segment, ...] = (),
+        bridge_id: bytes | None = None,
     ) -> None:
         """Create a switch.
 
@@ -256,6 +304,9 @@ class IpxSwitch:
                 looks up the local address the client reached). Defaults to all zero.
             random_bytes: source of the probe nonces; the I/O layer passes ``os.urandom``
                 (a nonce must be unguessable). Defaults to a counter, for tests only.
+            segments: interface ports to start with (``add_segment``).
+            bridge_id: 6 random bytes naming this bridge on segments (rule 8); the I/O
+                layer passes ``os.urandom(6)``.
         """
         self.settings = settings
         self._server_node_for = server_node_for or (lambda _addr: ZERO_NODE)
@@ -264,21 +315,35 @@ class IpxSwitch:
         self._client_by_node: dict[bytes, Client] = {}
         self._static_nodes: dict[bytes, Address] = {}
         # node -> (peer address, time learned); insertion order = age
-        self._learned: dict[bytes, tuple[Address, float]] = {}
-        self._ports: tuple[Address, ...] = ()
-        self._flood_targets: dict[Address, tuple[Address, ...]] = {}
-        self._peer_targets: dict[Address, tuple[Address, ...]] = {}
+        self._learned: dict[bytes, tuple[Port, float]] = {}
+        self.segments: dict[Segment, None] = {}
+        self._ports: tuple[Port, ...] = ()
+        self._flood_targets: dict[Port, tuple[Port, ...]] = {}
+        self._peer_targets: dict[Port, tuple[Port, ...]] = {}
         # Registered, not yet proven (rule 2); insertion order = age, for eviction.
         self._unverified: dict[Address, None] = {}
         self._unverified_by_ip: Counter[str] = Counter()
         counter = itertools.count(1)
         self._random_bytes = random_bytes or (lambda n: next(counter).to_bytes(n, "big"))
-        self._dedup: DuplicateFilter[Address] = DuplicateFilter(
+        self._dedup: DuplicateFilter[object] = DuplicateFilter(
             settings.dedup_window, settings.dedup_max_entries
         )
         self._events: list[SwitchEvent] = []
+        # The bridge's node on segments and in its beacons (rule 8): random, unicast and
+        # locally administered (IEEE 802 U/L bit), so it never equals a station's MAC.
+        raw = bridge_id or b"\x02ipxbr"
+        self.bridge_id = bytes(((raw[0] & 0xFC) | 0x02,)) + raw[1:6]
+        # Set by the I/O layer: the box's own IPv4 addresses (its broadcasts to an RFC 1234
+        # segment come back to its socket) and the RFC 1234 segment a UDP source is on.
+        self.own_ips: frozenset[str] = frozenset()
+        self.udp_segment_for: Callable[[str], Segment | None] = lambda _ip: None
+        self._peer_bridge: dict[Address, bytes] = {}  # peer -> its bridge id (rule 8)
+        self._bridges_on: dict[Segment, dict[bytes, float]] = {}  # segment -> id -> seen
+        self._next_beacon = 0.0
         for addr in peers:
             self.add_peer(addr)
+        for segment in segments:
+            self.add_segment(segment)
 
     # --- membership ------------------------------------------------------------------------
 
@@ -295,10 +360,30 @@ class IpxSwitch:
         if peer is None:
             return
         self._static_nodes.pop(peer.node, None)
-        for node, (via, _) in list(self._learned.items()):
-            if via == addr:
-                del self._learned[node]
+        self._peer_bridge.pop(addr, None)
+        self._forget_learned(addr)
         self._rebuild_ports()
+
+    def add_segment(self, segment: Segment) -> None:
+        """Attach an interface port (idempotent); the next tick announces the bridge there."""
+        if segment in self.segments:
+            return
+        self.segments[segment] = None
+        self._next_beacon = 0.0
+        self._rebuild_ports()
+
+    def remove_segment(self, segment: Segment) -> None:
+        """Detach an interface port (it vanished, or the configuration dropped it)."""
+        if self.segments.pop(segment, 0) is not None:
+            return
+        self._bridges_on.pop(segment, None)
+        self._forget_learned(segment)
+        self._rebuild_ports()
+
+    def _forget_learned(self, port: Port) -> None:
+        for node, (via, _) in list(self._learned.items()):
+            if via == port:
+                del self._learned[node]
 
     def reconfigure(self, settings: SwitchSettings, peers: tuple[Address, ...]) -> None:
         """Apply new tunables and peers; clients stay, unless ``clients_allow`` now bars them."""
@@ -320,23 +405,33 @@ class IpxSwitch:
                 self.add_peer(addr)
 
     def _rebuild_ports(self) -> None:
-        self._ports = (*self.clients, *self.peers)
+        self._ports = (*self.clients, *self.peers, *self.segments)
         self._flood_targets.clear()
         self._peer_targets.clear()
 
-    def _all_but(self, ingress: Address) -> tuple[Address, ...]:
+    def _shared_with(self, ingress: Port) -> frozenset[Segment]:
+        """The segments the peer ``ingress`` is on too: it has put the packet there (rule 8)."""
+        bridge = self._peer_bridge.get(ingress) if isinstance(ingress, tuple) else None
+        if bridge is None:
+            return frozenset()
+        return frozenset(s for s, seen in self._bridges_on.items() if bridge in seen)
+
+    def _all_but(self, ingress: Port) -> tuple[Port, ...]:
         """Every port except the ingress, cached until membership changes."""
         targets = self._flood_targets.get(ingress)
         if targets is None:
-            targets = tuple(p for p in self._ports if p != ingress)
+            shared = self._shared_with(ingress)
+            targets = tuple(p for p in self._ports if p != ingress and p not in shared)
             self._flood_targets[ingress] = targets
         return targets
 
-    def _peers_but(self, ingress: Address) -> tuple[Address, ...]:
-        """Every RFC 1234 peer except the ingress: where an unknown unicast may go (rule 7)."""
+    def _peers_but(self, ingress: Port) -> tuple[Port, ...]:
+        """Peers and segments except the ingress: where an unknown unicast may go (rule 7)."""
         targets = self._peer_targets.get(ingress)
         if targets is None:
-            targets = tuple(p for p in self.peers if p != ingress)
+            shared = self._shared_with(ingress)
+            owners: tuple[Port, ...] = (*self.peers, *self.segments)
+            targets = tuple(p for p in owners if p != ingress and p not in shared)
             self._peer_targets[ingress] = targets
         return targets
 
@@ -455,7 +550,60 @@ class IpxSwitch:
             return self._register(src, now)
         if self.settings.rejoin and header.src_node == dosbox_node(src[0], src[1]):
             return self._rejoin(src, header, data, now)
+        if src[0] in self.own_ips:
+            # Our own broadcast to an RFC 1234 segment, looped back to our socket.
+            return _drop("own_packet")
+        segment = self.udp_segment_for(src[0])
+        if segment is not None:
+            return self._from_segment(segment, header, data, now, segment)
         return _drop("unregistered")
+
+    def handle_segment(
+        self, segment: Segment, data: bytes, now: float, *, via: object = None
+    ) -> Decision:
+        """Decide what to do with one IPX packet received on an interface port.
+
+        ``via`` tells copies apart that arrive on the same segment as different ports for
+        the duplicate filter: an Ethernet segment passes the framing (rule 8). Never raises
+        for remote input.
+        """
+        try:
+            header = parse_header(data)
+        except WireError as exc:
+            return _drop(exc.reason)
+        return self._from_segment(segment, header, data, now, (segment, via))
+
+    def _from_segment(
+        self, segment: Segment, header: IpxHeader, data: bytes, now: float, via: object
+    ) -> Decision:
+        if header.is_registration:
+            return _drop("unexpected_registration")
+        bridge = beacon_id(header, data)
+        if bridge is not None:
+            if bridge != self.bridge_id:
+                seen = self._bridges_on.setdefault(segment, {})
+                if bridge not in seen:
+                    self._flood_targets.clear()  # rule 8: the shared segments changed
+                    self._peer_targets.clear()
+                seen[bridge] = now
+            return Decision(Outcome.CONTROL, "beacon")
+        node = header.src_node
+        if node in self._client_by_node or node == self.bridge_id:
+            return _drop("loop")
+        if header.dst_node == self.bridge_id:
+            return Decision(Outcome.CONTROL, "to_bridge", header=header)
+        self._learn(node, segment, now)
+        hops_in = 0 if segment.kind is PortKind.IPXWRAPPER else header.hops  # no hop field
+        return self._forward(header, data, segment, now, (), hops_in=hops_in, via=via)
+
+    def _learn(self, node: bytes, port: Port, now: float) -> None:
+        if node in (BROADCAST_NODE, ZERO_NODE) or node in self._static_nodes:
+            return
+        learned = self._learned
+        learned.pop(node, None)
+        learned[node] = (port, now)
+        if len(learned) > self.settings.max_learned_nodes:
+            del learned[next(iter(learned))]
 
     def _rejoin(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
         """Re-admit a client that was registered before (bridge restart, expiry).
@@ -512,18 +660,22 @@ class IpxSwitch:
     def _from_peer(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
         if header.is_registration:
             return _drop("unexpected_registration")
+        bridge = beacon_id(header, data)
+        if bridge is not None:
+            if self._peer_bridge.get(src) != bridge:
+                self._peer_bridge[src] = bridge
+                self._flood_targets.clear()  # rule 8: the shared segments changed
+                self._peer_targets.clear()
+            return Decision(Outcome.CONTROL, "beacon")
         node = header.src_node
-        if node in self._client_by_node:
+        if node in self._client_by_node or node == self.bridge_id:
             return _drop("loop")
-        if node not in (BROADCAST_NODE, ZERO_NODE) and node not in self._static_nodes:
-            learned = self._learned
-            learned.pop(node, None)
-            learned[node] = (src, now)
-            if len(learned) > self.settings.max_learned_nodes:
-                del learned[next(iter(learned))]
+        if self.segments and header.dst_node == self.bridge_id:
+            return Decision(Outcome.CONTROL, "to_bridge", header=header)
+        self._learn(node, src, now)
         return self._forward(header, data, src, now, (), hops_in=header.hops)
 
-    def _lookup(self, node: bytes, now: float) -> Address | None:
+    def _lookup(self, node: bytes, now: float) -> Port | None:
         client = self._client_by_node.get(node)
         if client is not None:
             return client.addr
@@ -539,18 +691,19 @@ class IpxSwitch:
         self,
         header: IpxHeader,
         data: bytes,
-        ingress: Address,
+        ingress: Port,
         now: float,
         replies: tuple[tuple[bytes, Address], ...],
         *,
         hops_in: int,
+        via: object = None,
     ) -> Decision:
         filtered = self.settings.filtered_sockets
         if header.dst_socket in filtered or header.src_socket in filtered:
             return Decision(Outcome.DROPPED, "filtered_socket", replies=replies)
         # Identity without checksum, length-independent of hop count: bytes 5.. of the packet.
         # Python's bytes hash is keyed SipHash, so collisions cannot be crafted remotely.
-        if self._dedup.is_duplicate(hash(data[5:]), ingress, now):
+        if self._dedup.is_duplicate(hash(data[5:]), ingress if via is None else via, now):
             return Decision(Outcome.DROPPED, "duplicate", replies=replies)
         hops = hops_in + 1
         if hops >= MAX_HOPS:
@@ -561,7 +714,8 @@ class IpxSwitch:
         else:
             owner = self._lookup(header.dst_node, now)
             if owner is None:
-                # Only peers may own an unknown node; a DOSBox client would take it (rule 7).
+                # Only peers and segments may own an unknown node; a DOSBox client would take
+                # it (rule 7).
                 targets = self._peers_but(ingress)
                 if not targets:
                     return Decision(Outcome.DROPPED, "unknown_destination", replies=replies)
@@ -583,16 +737,16 @@ class IpxSwitch:
         return Decision(Outcome.FORWARDED, kind, packet, targets, replies, header, held)
 
     def _within_budget(
-        self, targets: tuple[Address, ...], size: int, now: float
-    ) -> tuple[tuple[Address, ...], int]:
+        self, targets: tuple[Port, ...], size: int, now: float
+    ) -> tuple[tuple[Port, ...], int]:
         """Leave out unverified clients whose budget is spent (rule 2); count them."""
         unverified = self._unverified
         if unverified.keys().isdisjoint(targets):
             return targets, 0
-        kept: list[Address] = []
+        kept: list[Port] = []
         held = 0
         for addr in targets:
-            if addr in unverified:
+            if isinstance(addr, tuple) and addr in unverified:
                 budget = self.clients[addr].budget
                 if budget is not None and not budget.take(size, now):
                     held += 1
@@ -602,24 +756,27 @@ class IpxSwitch:
 
     def probe_packets(
         self, dst_socket: int, src_socket: int, payload: bytes, now: float
-    ) -> list[tuple[bytes, Address]]:
-        """An IPX broadcast from the bridge itself to every client (DirectPlay probing).
+    ) -> list[tuple[bytes, Port]]:
+        """An IPX broadcast from the bridge itself to every client and segment (probing).
 
-        Each copy carries the bridge's node as that client sees it, so replies come back
-        addressed to the bridge (``to_bridge``) and are inspected there. Unverified clients
-        get a probe only within their budget (rule 2).
+        Each copy carries the bridge's node as that client sees it (on segments, the bridge
+        id), so replies come back addressed to the bridge (``to_bridge``) and are inspected
+        there. Unverified clients get a probe only within their budget (rule 2).
         """
-        out: list[tuple[bytes, Address]] = []
+        out: list[tuple[bytes, Port]] = []
         for client in self.clients.values():
             packet = broadcast_from(client.server_node, dst_socket, src_socket, payload)
             if client.budget is not None and not client.budget.take(len(packet), now):
                 continue
             out.append((packet, client.addr))
+        if self.segments:
+            packet = broadcast_from(self.bridge_id, dst_socket, src_socket, payload)
+            out += [(packet, segment) for segment in self.segments]
         return out
 
     # --- timers ----------------------------------------------------------------------------
 
-    def tick(self, now: float) -> list[tuple[bytes, Address]]:
+    def tick(self, now: float) -> list[tuple[bytes, Port]]:
         """Expire silent clients and old records; return keepalives to send.
 
         Every client is kept until ``idle_timeout`` (rule 2). One that never answered is not
@@ -628,7 +785,7 @@ class IpxSwitch:
         I4), while an IPXWrapper host that never answers pings stays registered.
         """
         cfg = self.settings
-        out: list[tuple[bytes, Address]] = []
+        out: list[tuple[bytes, Port]] = self._beacons(now)
         first_probe = min(FIRST_PROBE_DELAY, cfg.keepalive_interval)
         for client in list(self.clients.values()):
             silent = now - client.last_seen
@@ -671,6 +828,42 @@ class IpxSwitch:
             del self._learned[node]
         return out
 
+    def _beacons(self, now: float) -> list[tuple[bytes, Port]]:
+        """Rule 8: announce the bridge on every segment and to every peer; forget the silent.
+
+        Only a bridge with segments announces itself: the rule is about segments.
+        """
+        if not self.segments or now < self._next_beacon:
+            return []
+        self._next_beacon = now + BEACON_INTERVAL
+        for seen in self._bridges_on.values():
+            for bridge, at in list(seen.items()):
+                if now - at >= BEACON_TTL:
+                    del seen[bridge]
+                    self._flood_targets.clear()
+                    self._peer_targets.clear()
+        out: list[tuple[bytes, Port]] = [
+            (build_beacon(self.bridge_id), segment) for segment in self.segments
+        ]
+        out += [
+            (build_beacon(self.bridge_id, peer.node), addr) for addr, peer in self.peers.items()
+        ]
+        return out
+
+    def bridges_on(self, segment: Segment) -> tuple[bytes, ...]:
+        """The other bridges heard on ``segment`` within ``BEACON_TTL`` (rule 8)."""
+        return tuple(self._bridges_on.get(segment, {}))
+
+    def learned_segment_nodes(self) -> list[tuple[bytes, Segment, float]]:
+        """(node, segment, last heard) of every station learned on an interface port."""
+        return [
+            (n, via, seen) for n, (via, seen) in self._learned.items() if isinstance(via, Segment)
+        ]
+
+    def learned_on(self, port: Port) -> int:
+        """How many nodes are currently learned behind ``port``."""
+        return sum(1 for via, _ in self._learned.values() if via == port)
+
     @property
     def learned_nodes(self) -> int:
         """How many nodes are currently known behind peers."""
@@ -686,6 +879,9 @@ __all__ = [
     "IpxSwitch",
     "Outcome",
     "Peer",
+    "Port",
+    "PortKind",
+    "Segment",
     "SwitchEvent",
     "SwitchSettings",
 ]

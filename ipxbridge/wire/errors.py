@@ -39,11 +39,22 @@ DPlayReason = Literal[
 ]
 
 IpxReason = Literal["truncated", "bad_checksum", "bad_length"]
-WireReason = IpxReason | DPlayReason
+# Native IPX frames on an Ethernet port (wire/ethernet.py rule 1).
+EthernetReason = Literal[
+    "eth_truncated",  # shorter than the Ethernet header, or the IPX header does not fit
+    "eth_not_ipx",  # another EtherType, another LLC SAP or SNAP protocol: not ours
+    "eth_bad_8023_length",  # the 802.3 length field claims more bytes than the frame holds
+    "eth_bad_ipx_length",  # IPX Length < 30 or larger than the bytes the framing carries
+]
+WireReason = IpxReason | DPlayReason | EthernetReason
 
 DPLAY_REASONS: Final[tuple[DPlayReason, ...]] = get_args(DPlayReason)
 
-WIRE_REASONS: Final[tuple[WireReason, ...]] = (*get_args(IpxReason), *DPLAY_REASONS)
+WIRE_REASONS: Final[tuple[WireReason, ...]] = (
+    *get_args(IpxReason),
+    *DPLAY_REASONS,
+    *get_args(EthernetReason),
+)
 
 
 class WireError(IpxbridgeError, ValueError):

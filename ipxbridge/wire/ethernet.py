@@ -27,21 +27,15 @@ Raises: ``parse_frame`` raises only ``EthernetError`` (a ``WireError``) for remo
 
 import enum
 import struct
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import Final, get_args
 
-from ipxbridge.wire.errors import WireError
+from ipxbridge.wire.errors import EthernetReason, WireError
 from ipxbridge.wire.ipx import CHECKSUM_NONE
 from ipxbridge.wire.ipx import HEADER_LEN as IPX_HEADER_LEN
 
-# Closed set of drop reasons for a frame that is not usable native IPX.
-EthernetReason = Literal[
-    "eth_truncated",  # shorter than the Ethernet header, or the IPX header does not fit
-    "eth_not_ipx",  # another EtherType, another LLC SAP or SNAP protocol: not ours
-    "eth_bad_8023_length",  # the 802.3 length field claims more bytes than the frame holds
-    "eth_bad_ipx_length",  # IPX Length < 30 or larger than the bytes the framing carries
-]
+# Closed set of drop reasons for a frame that is not usable native IPX (owned by wire/errors).
 ETHERNET_REASONS: Final[tuple[EthernetReason, ...]] = get_args(EthernetReason)
 
 
@@ -53,10 +47,8 @@ class EthernetError(WireError):
     """
 
     def __init__(self, reason: EthernetReason, detail: str) -> None:
-        # WireReason in wire/errors.py does not list the Ethernet reasons yet; the ignores go
-        # (warn_unused_ignores will say so) once it does.
-        super().__init__(reason, detail)  # type: ignore[arg-type]
-        self.reason: EthernetReason = reason  # type: ignore[assignment]
+        super().__init__(reason, detail)
+        self.reason: EthernetReason = reason
 
 
 class Framing(enum.StrEnum):
@@ -228,6 +220,7 @@ class FramingLearner:
         self.max_entries: Final = max_entries
         self.fallback: Final = fallback
         self._framings: OrderedDict[bytes, Framing] = OrderedDict()
+        self._in_use: Counter[Framing] = Counter()
 
     def __len__(self) -> int:
         return len(self._framings)
@@ -239,10 +232,28 @@ class FramingLearner:
         """Record that ``src_mac`` sent a frame in ``framing``."""
         if len(src_mac) != MAC_LEN or src_mac[0] & 0x01:  # I/G bit: group address
             return
+        before = self._framings.get(src_mac)
+        if before is not framing:
+            if before is not None:
+                self._uncount(before)
+            self._in_use[framing] += 1
         self._framings[src_mac] = framing
         self._framings.move_to_end(src_mac)
         if len(self._framings) > self.max_entries:
-            self._framings.popitem(last=False)
+            self._uncount(self._framings.popitem(last=False)[1])
+
+    def _uncount(self, framing: Framing) -> None:
+        self._in_use[framing] -= 1
+        if not self._in_use[framing]:
+            del self._in_use[framing]
+
+    def in_use(self) -> tuple[Framing, ...]:
+        """Every framing some known station speaks (the fallback if none).
+
+        A broadcast goes out once in each: a station accepts only the frame types it is
+        bound to.
+        """
+        return tuple(self._in_use) or (self.fallback,)
 
     def observe_frame(self, frame: EthernetIpx) -> None:
         """Record the source and framing of a parsed frame."""
@@ -254,4 +265,6 @@ class FramingLearner:
 
     def forget(self, mac: bytes) -> None:
         """Drop what was learned about ``mac`` (its interface went away, say)."""
-        self._framings.pop(mac, None)
+        framing = self._framings.pop(mac, None)
+        if framing is not None:
+            self._uncount(framing)

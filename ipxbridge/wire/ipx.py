@@ -268,3 +268,32 @@ def build_shutdown(client_node: bytes) -> bytes:
         src_socket=SOCKET_SHUTDOWN,
         packet_type=PACKET_TYPE_SHUTDOWN,
     )
+
+
+# --- ipxbridge's own beacon (issue 13: two bridges on one segment) -------------------------
+
+# A socket in Novell's assigned range that no protocol in protocols.md 3.1 uses. Stations
+# without it open discard the packet, as they discard RIP and SAP they do not listen to.
+SOCKET_BEACON: Final = 0x9B1B
+BEACON_MAGIC: Final = b"ipxbridge-beacon/1"
+
+
+def build_beacon(bridge_id: bytes, dst_node: bytes = BROADCAST_NODE) -> bytes:
+    """A bridge announcing itself on a segment or to a peer: source node = its bridge id."""
+    return build_packet(
+        dst_node=dst_node,
+        dst_socket=SOCKET_BEACON,
+        src_node=bridge_id,
+        src_socket=SOCKET_BEACON,
+        packet_type=4,  # PEP, as applications use (protocols.md 3.1)
+        payload=BEACON_MAGIC,
+    )
+
+
+def beacon_id(header: IpxHeader, data: bytes | memoryview) -> bytes | None:
+    """The bridge id of an ipxbridge beacon, or None when ``data`` is anything else."""
+    if header.dst_socket != SOCKET_BEACON or header.src_socket != SOCKET_BEACON:
+        return None
+    if bytes(data[HEADER_LEN : HEADER_LEN + len(BEACON_MAGIC)]) != BEACON_MAGIC:
+        return None
+    return header.src_node

@@ -1,0 +1,398 @@
+"""Interface ports of the IPX switch: native Ethernet, IPXWrapper's UDP, RFC 1234 segments.
+
+Thin I/O (house style): each port turns what it reads into IPX packets for
+``IpxEndpoint.ingest`` and turns the switch's targets back into frames or datagrams. Every
+decision is the switch's (``policy/switch.py`` rules 1-8) or the plan's
+(``policy/ipx_ports.py``).
+
+* **Ethernet** (``EthernetPort``): one AF_PACKET socket per interface (CAP_NET_RAW). A
+  classic BPF filter passes only the IPX EtherType and 802.3 length frames, so the other
+  traffic of a promiscuous interface never reaches Python; 802.3 frames that are not IPX
+  (STP, other SAPs) are read, dropped and counted. Promiscuous mode is taken with
+  ``PACKET_ADD_MEMBERSHIP``: the kernel counts it per socket and gives it back when the
+  socket closes, however ipxbridge exits. The bridge's own frames are not read back
+  (``PACKET_IGNORE_OUTGOING``). A frame leaves with the IPX source node as its source MAC
+  (native stations answer to the node, protocols.md 3.1, and a switch learns where it is),
+  unless that node is a group address. A packet too large for a framing is not sent in it,
+  counted (``frame_too_large``); never truncated.
+* **IPXWrapper** (``IpxWrapperSocket``): one UDP socket on 54792 for every IPXWrapper port.
+  A datagram belongs to the port whose subnet or p2p peers hold its source; it is converted
+  to IPX (``wire/ipxwrapper.py``). Copies leave from the bridge's address on the egress
+  interface (IP_PKTINFO): IPXWrapper accepts only sources in its own subnet (protocols.md 6).
+* **RFC 1234** (``Rfc1234Port``): the tunnel's own UDP socket. A broadcast goes to the
+  subnet broadcast (lan) or to each peer (p2p); a unicast to ``00 00`` + IPv4 goes to that
+  address (RFC 1234 host numbers), any other node to where it was last heard from.
+
+IPXWrapper coalesced batches (protocols.md 6) leave unchanged on IPXWrapper ports and are
+unpacked into their packets on Ethernet and RFC 1234 ports, whose stations do not know them.
+"""
+
+import contextlib
+import ctypes
+import errno
+import logging
+import socket
+import struct
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol
+
+from ipxbridge.io.relay import IP_PKTINFO
+from ipxbridge.obs.counters import IpxCounters
+from ipxbridge.policy.ipx_ports import PortPlan, segment_for_source
+from ipxbridge.policy.switch import Decision, Outcome, PortKind, Segment
+from ipxbridge.wire.errors import WireError
+from ipxbridge.wire.ethernet import (
+    BROADCAST_MAC,
+    Framing,
+    FramingLearner,
+    build_frame,
+    max_ipx_len,
+    parse_frame,
+)
+from ipxbridge.wire.ipx import BROADCAST_NODE, PACKET_TYPE_COALESCED
+from ipxbridge.wire.ipxwrapper import (
+    IPXWRAPPER_UDP_PORT,
+    build_ipxwrapper,
+    ipx_to_ipxwrapper,
+    ipxwrapper_to_ipx,
+    parse_ipxwrapper,
+    unpack_coalesced,
+)
+
+logger = logging.getLogger(__name__)
+
+# linux/if_ether.h, linux/if_packet.h, linux/socket.h
+ETH_P_ALL: Final = 0x0003
+SOL_PACKET: Final = 263
+PACKET_ADD_MEMBERSHIP: Final = 1
+PACKET_MR_PROMISC: Final = 1
+PACKET_OUTGOING: Final = 4
+PACKET_IGNORE_OUTGOING: Final = 23
+SO_ATTACH_FILTER: Final = 26
+
+FRAME_BUFSIZE: Final = 0xFFFF  # the largest frame or datagram read
+READS_PER_WAKEUP: Final = 128  # bounded, so the other ports and the timers get their turn
+SOCKET_BUFFER: Final = 4 << 20
+MAX_LINKS: Final = 4_096  # learned node -> UDP address, per port
+
+
+class Sink(Protocol):
+    """What a port hands its packets to (``io/udp.IpxEndpoint``)."""
+
+    counters: IpxCounters
+
+    def now(self) -> float: ...  # noqa: D102
+    def ingest(self, segment: Segment, data: bytes, *, via: object = None) -> Decision: ...  # noqa: D102
+    def reject(self, kind: str, interface: str, size: int, reason: str) -> None: ...  # noqa: D102
+
+
+def _is_coalesced(packet: bytes) -> bool:
+    # protocols.md 6: source socket 0 (offset 28) and packet type 2 (offset 5).
+    return packet[5] == PACKET_TYPE_COALESCED and packet[28:30] == b"\x00\x00"
+
+
+def _count_error(counters: IpxCounters, exc: OSError) -> None:
+    counters.send_errors[errno.errorcode.get(exc.errno or 0, "EUNKNOWN")] += 1
+
+
+def _pktinfo(ifindex: int, source: str) -> list[tuple[int, int, bytes]]:
+    """Ancillary data that sends from ``source`` out of ``ifindex`` (ip(7) IP_PKTINFO)."""
+    spec = socket.inet_aton(source) if source else bytes(4)
+    return [(socket.IPPROTO_IP, IP_PKTINFO, struct.pack("=I4s4s", ifindex, spec, bytes(4)))]
+
+
+# --- Ethernet ------------------------------------------------------------------------------
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = (
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    )
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter)))
+
+
+# Classic BPF (linux/filter.h): ldh [12]; jeq #0x8137 -> accept; jgt #1500 -> drop; accept.
+_IPX_FILTER: Final = (
+    (0x28, 0, 0, 12),  # BPF_LD|BPF_H|BPF_ABS: the length/type field
+    (0x15, 1, 0, 0x8137),  # BPF_JMP|BPF_JEQ|BPF_K: the IPX EtherType
+    (0x25, 1, 0, 1500),  # BPF_JMP|BPF_JGT|BPF_K: an EtherType, not an 802.3 length
+    (0x06, 0, 0, 0x40000),  # BPF_RET|BPF_K: accept (whole frame)
+    (0x06, 0, 0, 0),  # BPF_RET|BPF_K: drop
+)
+
+
+def _attach_ipx_filter(sock: socket.socket) -> None:
+    program = (_SockFilter * len(_IPX_FILTER))(*(_SockFilter(*i) for i in _IPX_FILTER))
+    fprog = _SockFprog(len(_IPX_FILTER), program)
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, bytes(fprog))
+
+
+class EthernetPort:
+    """Native IPX on one interface through an AF_PACKET socket (module docstring)."""
+
+    def __init__(self, plan: PortPlan, sink: Sink) -> None:
+        """Open the socket, take promiscuous mode, and start no reading yet.
+
+        Raises:
+            OSError: no CAP_NET_RAW, or the interface is gone.
+        """
+        self.plan = plan
+        self.segment = plan.segment
+        self._sink = sink
+        self.framings = FramingLearner()
+        self.fixed = None if plan.framing == "auto" else Framing(plan.framing)
+        # Created bound to no protocol, so nothing is queued before the filter is attached.
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        try:
+            sock.setblocking(False)
+            _attach_ipx_filter(sock)
+            # Before Linux 4.20 there is no PACKET_IGNORE_OUTGOING: on_readable skips them.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+            sock.bind((self.segment.interface, ETH_P_ALL))
+            mreq = struct.pack("iHH8s", plan.index, PACKET_MR_PROMISC, 0, b"")
+            sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+            self.mac: bytes = sock.getsockname()[4]
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+
+    def fileno(self) -> int:
+        """The socket to watch for reading."""
+        return self._sock.fileno()
+
+    def close(self) -> None:
+        """Close the socket; the kernel gives promiscuous mode back with it."""
+        self._sock.close()
+
+    def on_readable(self) -> None:
+        """Read frames until the socket is empty (bounded per wake-up)."""
+        sock = self._sock
+        sink = self._sink
+        name = self.segment.interface
+        for _ in range(READS_PER_WAKEUP):
+            try:
+                frame, addr = sock.recvfrom(FRAME_BUFSIZE)
+            except BlockingIOError:
+                return
+            except OSError:
+                sink.counters.recv_errors += 1  # ENETDOWN: the watcher reopens the port
+                return
+            if addr[2] == PACKET_OUTGOING:
+                continue  # our own frame, on a kernel without PACKET_IGNORE_OUTGOING
+            try:
+                parsed = parse_frame(frame)
+            except WireError as exc:
+                sink.reject(PortKind.ETHERNET, name, len(frame), exc.reason)
+                continue
+            self.framings.observe_frame(parsed)
+            sink.ingest(self.segment, bytes(parsed.packet), via=parsed.framing)
+
+    def send(self, packet: bytes, dst_node: bytes) -> None:
+        """Put one IPX packet on the segment (in each framing it needs)."""
+        if _is_coalesced(packet):
+            for inner in unpack_coalesced(memoryview(packet)[30:]):
+                self.send(inner, inner[10:16])
+            return
+        src = packet[22:28]
+        src_mac = self.mac if src[0] & 0x01 or src == bytes(6) else src
+        if dst_node == BROADCAST_NODE:
+            dst_mac = BROADCAST_MAC
+            framings = (self.fixed,) if self.fixed else self.framings.in_use()
+        else:
+            dst_mac = dst_node  # the node of a native station is its MAC (protocols.md 3.1)
+            framings = (self.fixed or self.framings.framing_for(dst_node),)
+        counters = self._sink.counters
+        mtu = self.plan.mtu
+        for framing in framings:
+            if len(packet) > max_ipx_len(framing, mtu):
+                key = (PortKind.ETHERNET, self.segment.interface, "frame_too_large")
+                counters.copies_dropped[key] += 1
+                continue
+            frame = build_frame(dst_mac, src_mac, framing, packet, mtu=mtu)
+            try:
+                self._sock.send(frame)
+            except OSError as exc:
+                _count_error(counters, exc)
+            else:
+                counters.copies_sent += 1
+                counters.bytes_sent += len(frame)
+
+
+# --- UDP ports -----------------------------------------------------------------------------
+
+
+class _Links:
+    """Where each node was last heard from, bounded (least recently heard goes first)."""
+
+    def __init__(self) -> None:
+        self._links: OrderedDict[bytes, tuple[str, int]] = OrderedDict()
+
+    def learn(self, node: bytes, addr: tuple[str, int]) -> None:
+        self._links[node] = addr
+        self._links.move_to_end(node)
+        if len(self._links) > MAX_LINKS:
+            self._links.popitem(last=False)
+
+    def get(self, node: bytes) -> tuple[str, int] | None:
+        return self._links.get(node)
+
+    def __len__(self) -> int:
+        return len(self._links)
+
+
+class _UdpPort:
+    """A UDP-encapsulated segment: where its copies go and from which address."""
+
+    kind: PortKind
+
+    def __init__(
+        self, plan: PortPlan, sock: socket.socket, port: int, counters: IpxCounters
+    ) -> None:
+        self.plan = plan
+        self.segment = plan.segment
+        self.links = _Links()
+        self._sock = sock
+        self._port = port
+        self._counters = counters
+        # A socket bound to one address cannot send from another (ip(7) IP_PKTINFO).
+        self._pktinfo = sock.getsockname()[0] == "0.0.0.0"
+
+    def _destinations(self, dst_node: bytes) -> Sequence[tuple[str, int]]:
+        if dst_node != BROADCAST_NODE:
+            known = self._unicast(dst_node)
+            if known is not None:
+                return (known,)
+        plan = self.plan
+        if plan.role == "lan":
+            return ((plan.broadcast, self._port),) if plan.broadcast else ()
+        return tuple((peer, self._port) for peer in plan.peers)
+
+    def _unicast(self, dst_node: bytes) -> tuple[str, int] | None:
+        return self.links.get(dst_node)
+
+    def _send_datagram(self, payload: bytes, dst_node: bytes) -> None:
+        counters = self._counters
+        ancillary = _pktinfo(self.plan.index, self.plan.address) if self._pktinfo else []
+        for dst in self._destinations(dst_node):
+            try:
+                self._sock.sendmsg([payload], ancillary, 0, dst)
+            except OSError as exc:
+                _count_error(counters, exc)
+            else:
+                counters.copies_sent += 1
+                counters.bytes_sent += len(payload)
+
+
+class Rfc1234Port(_UdpPort):
+    """RFC 1234 hosts on a subnet, through the tunnel's own socket."""
+
+    kind = PortKind.RFC1234
+
+    def _unicast(self, dst_node: bytes) -> tuple[str, int] | None:
+        if dst_node[:2] == b"\x00\x00":  # RFC 1234: host number = 00 00 + IPv4
+            return (socket.inet_ntoa(dst_node[2:]), self._port)
+        return self.links.get(dst_node)
+
+    def send(self, packet: bytes, dst_node: bytes) -> None:
+        """Send one IPX packet to the segment's hosts (a batch is unpacked, module doc)."""
+        if _is_coalesced(packet):
+            for inner in unpack_coalesced(memoryview(packet)[30:]):
+                self._send_datagram(inner, inner[10:16])
+            return
+        self._send_datagram(packet, dst_node)
+
+
+class IpxWrapperPort(_UdpPort):
+    """IPXWrapper hosts on one interface (their own UDP encapsulation)."""
+
+    kind = PortKind.IPXWRAPPER
+
+    def send(self, packet: bytes, dst_node: bytes) -> None:
+        """Send one IPX packet as IPXWrapper's 27-byte-header datagram."""
+        self._send_datagram(build_ipxwrapper(ipx_to_ipxwrapper(packet)), dst_node)
+
+
+class IpxWrapperSocket:
+    """The one UDP socket of every IPXWrapper port (54792)."""
+
+    def __init__(self, sink: Sink, host: str = "0.0.0.0", port: int = IPXWRAPPER_UDP_PORT) -> None:
+        """Bind the socket.
+
+        Raises:
+            OSError: the port is taken.
+        """
+        self._sink = sink
+        self.ports: dict[Segment, IpxWrapperPort] = {}
+        self.own_ips: frozenset[str] = frozenset()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+            sock.bind((host, port))
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+        self.port = port
+
+    def fileno(self) -> int:
+        """The socket to watch for reading."""
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.sock.close()
+
+    def port_for(self, plan: PortPlan, counters: IpxCounters) -> IpxWrapperPort:
+        """The send side of one IPXWrapper port on this socket."""
+        port = IpxWrapperPort(plan, self.sock, self.port, counters)
+        self.ports[plan.segment] = port
+        return port
+
+    def on_readable(self) -> None:
+        """Read datagrams until the socket is empty (bounded per wake-up)."""
+        sink = self._sink
+        plans = [p.plan for p in self.ports.values()]
+        for _ in range(READS_PER_WAKEUP):
+            try:
+                data, addr = self.sock.recvfrom(FRAME_BUFSIZE)
+            except BlockingIOError:
+                return
+            except OSError:
+                sink.counters.recv_errors += 1
+                return
+            ip = addr[0]
+            segment = segment_for_source(plans, PortKind.IPXWRAPPER, ip)
+            if ip in self.own_ips:
+                # Our own broadcast to a subnet, looped back to our socket.
+                where = segment.interface if segment else ""
+                sink.reject(PortKind.IPXWRAPPER, where, len(data), "own_packet")
+                continue
+            if segment is None:
+                sink.reject(PortKind.IPXWRAPPER, "", len(data), "off_segment")
+                continue
+            try:
+                packet = ipxwrapper_to_ipx(parse_ipxwrapper(data))
+            except WireError as exc:
+                sink.reject(PortKind.IPXWRAPPER, segment.interface, len(data), exc.reason)
+                continue
+            decision = sink.ingest(segment, packet)
+            if decision.outcome is not Outcome.DROPPED:
+                self.ports[segment].links.learn(packet[22:28], addr)
+
+
+SegmentPort = EthernetPort | IpxWrapperPort | Rfc1234Port
+Opener = Callable[[PortPlan], SegmentPort]
