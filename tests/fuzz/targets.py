@@ -393,8 +393,8 @@ def check_switch(data: bytes) -> None:
                 assert set(decision.targets) <= set(switch.peers)
         assert len(switch.clients) <= SWITCH_SETTINGS.max_clients
         assert switch.learned_nodes <= SWITCH_SETTINGS.max_learned_nodes
-        for _ping, to in switch.tick(now):
-            assert to in switch.clients
+        for _ping, port in switch.tick(now):
+            assert port in switch.clients
 
 
 RELAY_PLAN: Final = (

@@ -53,6 +53,7 @@ def run(
             continue
         assert d.packet is not None
         for target in d.targets:
+            assert isinstance(target, tuple)  # no interface ports in this mesh
             if target in switches:
                 inter_bridge += 1
                 queue.append((d.packet, bridge, target))
