@@ -12,7 +12,6 @@ opened, and a UDP port whose addresses or peers changed takes the new plan in pl
 import asyncio
 import contextlib
 import errno
-import functools
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -32,8 +31,8 @@ from ipxbridge.policy.ipx_ports import (
     IpxInterface,
     PortPlan,
     Skipped,
+    SourceIndex,
     plan_ports,
-    segment_for_source,
 )
 from ipxbridge.policy.relay import wireguard_reads
 from ipxbridge.policy.switch import Address, IpxSwitch, PortKind, Segment, SwitchSettings
@@ -95,6 +94,7 @@ class IpxService:
         self._next_peer_check = 0.0
         self._logged_plan: tuple[str, ...] | None = None
         self._open_errors: dict[Segment, str] = {}
+        self._reload_task: asyncio.Task[None] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -177,7 +177,9 @@ class IpxService:
             self._interfaces = interfaces
             if self.watcher is None and interfaces:
                 # Turned on by the reload: watch from now on.
-                asyncio.get_running_loop().create_task(self._start_interfaces())
+                self._reload_task = asyncio.get_running_loop().create_task(
+                    self._start_interfaces_logged()
+                )
             elif self.watcher is not None:
                 self._apply_plan(self.watcher.topology)
                 self._refresh_peers()
@@ -214,6 +216,12 @@ class IpxService:
         self.watcher = TopologyWatcher(self._on_topology)
         await self.watcher.start()
         await self._read_peers()
+
+    async def _start_interfaces_logged(self) -> None:
+        try:
+            await self._start_interfaces()
+        except StartupError as exc:
+            logger.error("reload: IPX interface ports not started: %s", exc)  # noqa: TRY400
 
     def _on_topology(self, topology: Topology) -> None:
         self._apply_plan(topology)
@@ -268,9 +276,10 @@ class IpxService:
         udp_plans = tuple(p for p in self.plans.values() if p.segment.kind is PortKind.RFC1234)
         switch = endpoint.switch
         switch.own_ips = own if udp_plans else frozenset()
-        switch.udp_segment_for = functools.partial(segment_for_source, udp_plans, PortKind.RFC1234)
+        switch.udp_segment_for = SourceIndex(udp_plans, PortKind.RFC1234)
         if self._ipxwrapper is not None:
             self._ipxwrapper.own_ips = own
+            self._ipxwrapper.sources = SourceIndex(tuple(self.plans.values()), PortKind.IPXWRAPPER)
         self._log_plan()
 
     def _open_port(self, plan: PortPlan) -> str:

@@ -39,7 +39,7 @@ from typing import Final, Protocol
 
 from ipxbridge.io.relay import IP_PKTINFO
 from ipxbridge.obs.counters import IpxCounters
-from ipxbridge.policy.ipx_ports import PortPlan, segment_for_source
+from ipxbridge.policy.ipx_ports import PortPlan
 from ipxbridge.policy.switch import Decision, Outcome, PortKind, Segment
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ethernet import (
@@ -145,6 +145,7 @@ class EthernetPort:
         """
         self.plan = plan
         self.segment = plan.segment
+        self._label = (str(plan.segment.kind), plan.segment.interface)
         self._sink = sink
         self.framings = FramingLearner()
         self.fixed = None if plan.framing == "auto" else Framing(plan.framing)
@@ -225,7 +226,7 @@ class EthernetPort:
             except OSError as exc:
                 _count_error(counters, exc)
             else:
-                counters.copies_sent += 1
+                counters.port_copies[self._label] += 1
                 counters.bytes_sent += len(frame)
 
 
@@ -261,6 +262,7 @@ class _UdpPort:
     ) -> None:
         self.plan = plan
         self.segment = plan.segment
+        self._label = (str(plan.segment.kind), plan.segment.interface)
         self.links = _Links()
         self._sock = sock
         self._port = port
@@ -290,7 +292,7 @@ class _UdpPort:
             except OSError as exc:
                 _count_error(counters, exc)
             else:
-                counters.copies_sent += 1
+                counters.port_copies[self._label] += 1
                 counters.bytes_sent += len(payload)
 
 
@@ -335,6 +337,8 @@ class IpxWrapperSocket:
         self._sink = sink
         self.ports: dict[Segment, IpxWrapperPort] = {}
         self.own_ips: frozenset[str] = frozenset()
+        # Which port a source address belongs to (set with the plan, policy/ipx_ports.py).
+        self.sources: Callable[[str], Segment | None] = lambda _ip: None
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             sock.setblocking(False)
@@ -365,7 +369,7 @@ class IpxWrapperSocket:
     def on_readable(self) -> None:
         """Read datagrams until the socket is empty (bounded per wake-up)."""
         sink = self._sink
-        plans = [p.plan for p in self.ports.values()]
+        sources = self.sources
         for _ in range(READS_PER_WAKEUP):
             try:
                 data, addr = self.sock.recvfrom(FRAME_BUFSIZE)
@@ -375,13 +379,13 @@ class IpxWrapperSocket:
                 sink.counters.recv_errors += 1
                 return
             ip = addr[0]
-            segment = segment_for_source(plans, PortKind.IPXWRAPPER, ip)
+            segment = sources(ip)
             if ip in self.own_ips:
                 # Our own broadcast to a subnet, looped back to our socket.
                 where = segment.interface if segment else ""
                 sink.reject(PortKind.IPXWRAPPER, where, len(data), "own_packet")
                 continue
-            if segment is None:
+            if segment is None or segment not in self.ports:
                 sink.reject(PortKind.IPXWRAPPER, "", len(data), "off_segment")
                 continue
             try:

@@ -28,6 +28,7 @@ class IpxCounters:
         "forward_kinds",
         "forwarded",
         "held_unverified",
+        "port_copies",
         "port_outcomes",
         "port_received",
         "received",
@@ -53,6 +54,8 @@ class IpxCounters:
         # and (kind, interface, outcome, drop reason or "") for what became of them.
         self.port_received: Counter[tuple[str, str]] = Counter()
         self.port_outcomes: Counter[tuple[str, str, str, str]] = Counter()
+        # Copies sent by interface ports, by (kind, interface); copies_sent is the tunnel's.
+        self.port_copies: Counter[tuple[str, str]] = Counter()
         # Copies a port could not carry, by (kind, interface, reason): frame_too_large.
         self.copies_dropped: Counter[tuple[str, str, str]] = Counter()
 
@@ -68,6 +71,7 @@ class IpxCounters:
         return (
             f"received={self.received} forwarded={self.forwarded} control={self.control} "
             f"dropped={self.dropped_total} ({drops}) copies_sent={self.copies_sent} "
+            f"port_copies_sent={sum(self.port_copies.values())} "
             f"copies_held_unverified={self.held_unverified} "
             f"send_errors=({errors})"
         )

@@ -224,6 +224,8 @@ class BridgeCollector(Collector):
             labels=["path", "interface"],
         )
         copies.add_metric(["ipx", "tunnel"], ipx.copies_sent)
+        for (kind, iface), n in sorted(ipx.port_copies.items()):
+            copies.add_metric(["ipx", f"{iface}/{kind}"], n)  # interface ports (issue 13)
         for name, n in sorted(relay.copies.items()):
             copies.add_metric(["relay", name], n)
         yield copies

@@ -147,3 +147,47 @@ def segment_for_source(plans: Sequence[PortPlan], kind: PortKind, ip: str) -> Se
         if ip in plan.peers or any(address in ipaddress.IPv4Network(net) for net in plan.networks):
             return plan.segment
     return None
+
+
+class SourceIndex:
+    """``segment_for_source`` for every datagram of a port kind, precomputed and cached.
+
+    The networks are parsed once per plan, and answers are remembered per source address
+    (bounded: a flood of spoofed sources only churns the cache).
+    """
+
+    def __init__(self, plans: Sequence[PortPlan], kind: PortKind, max_entries: int = 4096) -> None:
+        self._entries = tuple(
+            (
+                p.segment,
+                frozenset(p.peers),
+                tuple(ipaddress.IPv4Network(n) for n in p.networks),
+            )
+            for p in plans
+            if p.segment.kind is kind
+        )
+        self._cache: dict[str, Segment | None] = {}
+        self._max = max_entries
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def __call__(self, ip: str) -> Segment | None:
+        """The port a datagram from ``ip`` arrived on, or None."""
+        cache = self._cache
+        if ip in cache:
+            return cache[ip]
+        found: Segment | None = None
+        try:
+            address = ipaddress.IPv4Address(ip)
+        except ValueError:
+            address = None
+        if address is not None:
+            for segment, peers, networks in self._entries:
+                if ip in peers or any(address in net for net in networks):
+                    found = segment
+                    break
+        if len(cache) >= self._max:
+            cache.clear()
+        cache[ip] = found
+        return found
