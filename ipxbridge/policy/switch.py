@@ -62,12 +62,15 @@ byte counts (native stacks send 0, protocols.md 3.1), except on IPXWrapper's UDP
 has no hop field. The I/O layer turns a segment target into frames or datagrams.
 
 8. Two bridges on one segment must not both put a packet on it. Every bridge sends a beacon
-   (``wire.ipx.build_beacon``, its random bridge id) on each segment and to each peer every
-   ``BEACON_INTERVAL``; a bridge seen on a segment within ``BEACON_TTL`` *shares* it. A
-   packet that arrived from a peer which shares a segment is not sent to that segment: the
-   peer put it there itself. Beacons are consumed (``beacon``), never forwarded. Identical
-   copies of one packet that arrive on different ports, or on one Ethernet segment in
-   different framings, are duplicates (rule 6).
+   (``wire.ipx.build_beacon``: its random bridge id and the identities of its peers) on each
+   segment and to each peer every ``BEACON_INTERVAL``; a bridge seen on a segment within
+   ``BEACON_TTL`` *shares* it. A packet that arrived from a peer P is sent to a segment S
+   only if P does not share S (else P put it there itself) and, of the bridges on S that
+   have P as a peer, this one has the lowest id (each of them got the packet from P; one
+   puts it on S). Packets from a bridge's own clients and segments go to every other
+   segment. Beacons are consumed (``beacon``), never forwarded. Identical copies of one
+   packet that arrive on different ports, or on one Ethernet segment in different framings,
+   are duplicates (rule 6).
 """
 
 import itertools
@@ -85,10 +88,12 @@ from ipxbridge.wire.ipx import (
     BROADCAST_NODE,
     DEFAULT_FILTERED_SOCKETS,
     HEADER_LEN,
+    MAX_BEACON_PEERS,
     MAX_HOPS,
     ZERO_NODE,
     IpxHeader,
     beacon_id,
+    beacon_peers,
     build_beacon,
     build_packet,
     build_ping,
@@ -338,7 +343,8 @@ class IpxSwitch:
         self.own_ips: frozenset[str] = frozenset()
         self.udp_segment_for: Callable[[str], Segment | None] = lambda _ip: None
         self._peer_bridge: dict[Address, bytes] = {}  # peer -> its bridge id (rule 8)
-        self._bridges_on: dict[Segment, dict[bytes, float]] = {}  # segment -> id -> seen
+        # segment -> bridge id -> (last beacon, the identities of that bridge's peers)
+        self._bridges_on: dict[Segment, dict[bytes, tuple[float, frozenset[bytes]]]] = {}
         self._next_beacon = 0.0
         for addr in peers:
             self.add_peer(addr)
@@ -409,12 +415,29 @@ class IpxSwitch:
         self._flood_targets.clear()
         self._peer_targets.clear()
 
+    def _peer_identity(self, addr: Address) -> bytes:
+        """How bridges name a peer in beacons: its bridge id, else ``00 00`` + IPv4."""
+        return self._peer_bridge.get(addr) or self.peers[addr].node
+
     def _shared_with(self, ingress: Port) -> frozenset[Segment]:
-        """The segments the peer ``ingress`` is on too: it has put the packet there (rule 8)."""
-        bridge = self._peer_bridge.get(ingress) if isinstance(ingress, tuple) else None
-        if bridge is None:
+        """The segments where another bridge puts a packet from peer ``ingress`` (rule 8)."""
+        if not isinstance(ingress, tuple) or ingress not in self.peers or not self._bridges_on:
             return frozenset()
-        return frozenset(s for s, seen in self._bridges_on.items() if bridge in seen)
+        identity = self._peer_identity(ingress)
+        out: set[Segment] = set()
+        for segment, bridges in self._bridges_on.items():
+            if identity in bridges:
+                out.add(segment)  # the peer is on this segment itself
+                continue
+            also = [b for b, (_, peers) in bridges.items() if identity in peers]
+            if also and min(also) < self.bridge_id:
+                out.add(segment)
+        return frozenset(out)
+
+    def _topology_changed(self) -> None:
+        """Rule 8's view changed: the cached target lists are stale."""
+        self._flood_targets.clear()
+        self._peer_targets.clear()
 
     def _all_but(self, ingress: Port) -> tuple[Port, ...]:
         """Every port except the ingress, cached until membership changes."""
@@ -582,10 +605,11 @@ class IpxSwitch:
         if bridge is not None:
             if bridge != self.bridge_id:
                 seen = self._bridges_on.setdefault(segment, {})
-                if bridge not in seen:
-                    self._flood_targets.clear()  # rule 8: the shared segments changed
-                    self._peer_targets.clear()
-                seen[bridge] = now
+                peers = beacon_peers(data)
+                before = seen.get(bridge)
+                if before is None or before[1] != peers:
+                    self._topology_changed()
+                seen[bridge] = (now, peers)
             return Decision(Outcome.CONTROL, "beacon")
         node = header.src_node
         if node in self._client_by_node or node == self.bridge_id:
@@ -664,8 +688,7 @@ class IpxSwitch:
         if bridge is not None:
             if self._peer_bridge.get(src) != bridge:
                 self._peer_bridge[src] = bridge
-                self._flood_targets.clear()  # rule 8: the shared segments changed
-                self._peer_targets.clear()
+                self._topology_changed()
             return Decision(Outcome.CONTROL, "beacon")
         node = header.src_node
         if node in self._client_by_node or node == self.bridge_id:
@@ -837,16 +860,16 @@ class IpxSwitch:
             return []
         self._next_beacon = now + BEACON_INTERVAL
         for seen in self._bridges_on.values():
-            for bridge, at in list(seen.items()):
+            for bridge, (at, _) in list(seen.items()):
                 if now - at >= BEACON_TTL:
                     del seen[bridge]
-                    self._flood_targets.clear()
-                    self._peer_targets.clear()
+                    self._topology_changed()
+        peers = tuple(self._peer_identity(a) for a in self.peers)[:MAX_BEACON_PEERS]
         out: list[tuple[bytes, Port]] = [
-            (build_beacon(self.bridge_id), segment) for segment in self.segments
+            (build_beacon(self.bridge_id, peers=peers), segment) for segment in self.segments
         ]
         out += [
-            (build_beacon(self.bridge_id, peer.node), addr) for addr, peer in self.peers.items()
+            (build_beacon(self.bridge_id, p.node, peers), addr) for addr, p in self.peers.items()
         ]
         return out
 

@@ -278,15 +278,29 @@ SOCKET_BEACON: Final = 0x9B1B
 BEACON_MAGIC: Final = b"ipxbridge-beacon/1"
 
 
-def build_beacon(bridge_id: bytes, dst_node: bytes = BROADCAST_NODE) -> bytes:
-    """A bridge announcing itself on a segment or to a peer: source node = its bridge id."""
+MAX_BEACON_PEERS: Final = 255  # one count byte
+
+
+def build_beacon(
+    bridge_id: bytes, dst_node: bytes = BROADCAST_NODE, peers: tuple[bytes, ...] = ()
+) -> bytes:
+    """A bridge announcing itself on a segment or to a peer: source node = its bridge id.
+
+    The data is the magic, a count byte, then the 6-byte identity of each of the bridge's
+    RFC 1234 peers (its bridge id, or ``00 00`` + IPv4 for a peer that sent no beacon).
+
+    Raises:
+        ValueError: more than ``MAX_BEACON_PEERS`` peers, or an identity not 6 bytes.
+    """
+    if len(peers) > MAX_BEACON_PEERS or any(len(p) != 6 for p in peers):
+        raise ValueError("at most 255 peer identities of 6 bytes")
     return build_packet(
         dst_node=dst_node,
         dst_socket=SOCKET_BEACON,
         src_node=bridge_id,
         src_socket=SOCKET_BEACON,
         packet_type=4,  # PEP, as applications use (protocols.md 3.1)
-        payload=BEACON_MAGIC,
+        payload=BEACON_MAGIC + bytes((len(peers),)) + b"".join(peers),
     )
 
 
@@ -297,3 +311,13 @@ def beacon_id(header: IpxHeader, data: bytes | memoryview) -> bytes | None:
     if bytes(data[HEADER_LEN : HEADER_LEN + len(BEACON_MAGIC)]) != BEACON_MAGIC:
         return None
     return header.src_node
+
+
+def beacon_peers(data: bytes | memoryview) -> frozenset[bytes]:
+    """The peer identities a beacon lists; as many whole ones as the data holds."""
+    at = HEADER_LEN + len(BEACON_MAGIC)
+    if len(data) <= at:
+        return frozenset()
+    count = data[at]
+    body = bytes(data[at + 1 : at + 1 + 6 * count])
+    return frozenset(body[i : i + 6] for i in range(0, len(body) - 5, 6))
