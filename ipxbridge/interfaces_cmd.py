@@ -22,6 +22,13 @@ hands the relay and lets the relay's own planner turn them into egresses:
 It also marks the PRIMARY interface (the lowest-metric IPv4 default route: the only
 interface Windows sends a game's 255.255.255.255 enumeration out of).
 
+**IPX interface ports** (issue 13) are shown the same way, from the same planner the IPX
+service runs: ``ipx.interfaces`` (or ``--ipx-iface NAME[:KIND,KIND]``, which replaces it as on
+``run``) and the same topology and WireGuard peers go through ``policy.ipx_ports.plan_ports``;
+each interface lists the ports planned there (kind, role, where broadcasts go, framing) and,
+for each kind that gets none, the planner's ``Skipped`` reason. Whether a port then opens
+(CAP_NET_RAW for ``ethernet``, UDP 54792 free for ``ipxwrapper``) is only known to ``run``.
+
 Exit codes (house style rule 12): 0 ok, 1 the interfaces could not be read, 2 usage or
 configuration error (for example a malformed CIDR in ``--iface``).
 
@@ -39,7 +46,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ipxbridge.config import Config, ConfigError, check_interface_pattern, load_config
+from ipxbridge.config import (
+    Config,
+    ConfigError,
+    check_interface_pattern,
+    load_config,
+    parse_host_port,
+)
+from ipxbridge.policy.ipx_ports import IpxInterface, PortPlan, Skipped, plan_ports
 from ipxbridge.policy.relay import (
     LIMITED_BROADCAST,
     Egress,
@@ -48,7 +62,9 @@ from ipxbridge.policy.relay import (
     selection_for,
     wireguard_reads,
 )
+from ipxbridge.policy.switch import PortKind
 from ipxbridge.policy.topology import Interface, Topology, select
+from ipxbridge.wire.ipxwrapper import IPXWRAPPER_UDP_PORT
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
@@ -56,6 +72,16 @@ EXIT_USAGE: Final = 2
 EVERY_INTERFACE: Final = "*"  # the preview selection when the relay is off
 NO_PEERS: Final = "p2p: no peers known — nothing would be sent; give peers in the config"
 FEW_EGRESSES: Final = "the relay needs at least two usable interfaces"
+
+
+@dataclass(frozen=True, slots=True)
+class IpxPortReport:
+    """One kind of IPX port on one interface: planned (``plan``) or skipped, and in words."""
+
+    kind: PortKind
+    plan: PortPlan | None  # None: plan_ports skipped it
+    action: str
+    why: str = ""  # Skipped.why when not planned
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +95,8 @@ class InterfaceReport:
     egress: Egress | None  # its entry in the relay's plan; None when not used
     action: str
     notes: tuple[str, ...] = ()  # further lines about the action
+    ipx_entry: IpxInterface | None = None  # the ipx.interfaces entry that decides for it
+    ipx: tuple[IpxPortReport, ...] = ()  # per kind of that entry, in its order
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +110,17 @@ class Report:
     own_addresses: frozenset[str]
     subnet_broadcasts: Mapping[int, frozenset[str]]
     interfaces: tuple[InterfaceReport, ...]  # topology order
+    ipx_entries: tuple[IpxInterface, ...] = ()  # ipx.interfaces; empty: no interface ports
+    ipx_matches: tuple[tuple[str, ...], ...] = ()  # per entry, the interface names it matches
+    ipx_ports: tuple[PortPlan, ...] = ()  # plan_ports's, in its order
+    ipx_skipped: tuple[Skipped, ...] = ()
+    rfc1234_port: int = 213  # the tunnel's UDP port, which rfc1234 ports speak on
+
+    @property
+    def ipx_unmatched(self) -> tuple[str, ...]:
+        """``ipx.interfaces`` patterns that match no interface."""
+        pairs = zip(self.ipx_entries, self.ipx_matches, strict=True)
+        return tuple(e.pattern for e, m in pairs if not m)
 
     @property
     def unmatched(self) -> tuple[str, ...]:
@@ -133,6 +172,22 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         help="UDP port whose broadcasts are relayed, as on `run`; repeatable (default the "
         "config's relay.ports: 47624 and 6073)",
     )
+    parser.add_argument(
+        "--ipx-iface",
+        type=_ipx_iface,
+        action="append",
+        default=[],
+        metavar="NAME[:KIND,KIND]",
+        help="IPX ports on this interface as on `run`; repeatable; kinds ethernet, ipxwrapper, "
+        "rfc1234 (default ethernet,ipxwrapper); replaces the config's ipx.interfaces",
+    )
+
+
+def _ipx_iface(text: str) -> dict[str, Any]:
+    # cli.py imports this module at start-up; its parser is looked up when it is needed.
+    from ipxbridge.cli import ipx_iface_arg  # noqa: PLC0415
+
+    return ipx_iface_arg(text)
 
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -140,7 +195,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     _configure(
         sub.add_parser(
             "interfaces",
-            help="list interfaces and the plan the broadcast relay executes on them",
+            help="list interfaces, the broadcast relay's plan and the IPX ports on them",
         )
     )
 
@@ -176,12 +231,7 @@ def _p2p_action(
 ) -> str:
     if not egress.peers:
         return NO_PEERS
-    if sel is not None and sel.peers:
-        source = "from the config"
-    elif iface.kind == "wireguard" and wg.get(iface.name):
-        source = "from WireGuard AllowedIPs"
-    else:
-        source = "from the point-to-point peer address"
+    source = _peer_source(iface, sel.peers if sel is not None else (), wg)
     return f"p2p: unicast copy to each peer: {', '.join(egress.peers)} ({source})"
 
 
@@ -193,25 +243,110 @@ def _arrivals(egress: Egress, bcasts: Mapping[int, frozenset[str]]) -> str:
     return "relays what arrives for " + ", ".join(dict.fromkeys(targets))
 
 
+def _peer_source(
+    iface: Interface, entry_peers: Sequence[str], wg: Mapping[str, Sequence[str]]
+) -> str:
+    if entry_peers:
+        return "from the config"
+    if iface.kind == "wireguard" and wg.get(iface.name):
+        return "from WireGuard AllowedIPs"
+    return "from the point-to-point peer address"
+
+
+def _framing_text(framing: str) -> str:
+    if framing == "auto":
+        return "framing auto (learned per station, 802.2 until one is heard)"
+    return f"framing {framing} (fixed)"
+
+
+def _ipx_action(
+    plan: PortPlan,
+    iface: Interface,
+    entry: IpxInterface,
+    wg: Mapping[str, Sequence[str]],
+    rfc1234_port: int,
+) -> str:
+    """What the IPX service does with one planned port, in words (``app/ipx._describe``)."""
+    kind = plan.segment.kind
+    if kind is PortKind.ETHERNET:
+        return (
+            f"ethernet: native IPX frames, {_framing_text(plan.framing)}; promiscuous while "
+            "open (CAP_NET_RAW)"
+        )
+    port = IPXWRAPPER_UDP_PORT if kind is PortKind.IPXWRAPPER else rfc1234_port
+    head = f"{kind}: udp {port}"
+    if plan.role == "lan":
+        if not plan.broadcast:
+            return (
+                f"{head}, lan: {plan.address} has no subnet broadcast (/31, /32) — "
+                "broadcasts go nowhere"
+            )
+        return f"{head}, lan: broadcasts to {plan.broadcast} from {plan.address}"
+    if not plan.peers:
+        return f"{head}, p2p: no peers known — nothing would be sent; give peers in the config"
+    source = _peer_source(iface, entry.peers, wg)
+    return (
+        f"{head}, p2p: a unicast copy to each peer: {', '.join(plan.peers)} ({source}) "
+        f"from {plan.address}"
+    )
+
+
+def _ipx_rows(
+    iface: Interface,
+    entry: IpxInterface,
+    *,
+    plans: Mapping[tuple[str, PortKind], PortPlan],
+    skipped: Mapping[tuple[str, PortKind], Skipped],
+    wg: Mapping[str, Sequence[str]],
+    rfc1234_port: int,
+) -> tuple[IpxPortReport, ...]:
+    rows: list[IpxPortReport] = []
+    for kind in entry.kinds:
+        plan = plans.get((iface.name, kind))
+        if plan is not None:
+            rows.append(
+                IpxPortReport(kind, plan, _ipx_action(plan, iface, entry, wg, rfc1234_port))
+            )
+            continue
+        # plan_ports gives every kind of a matching entry a plan or a Skipped.
+        why = skipped[iface.name, kind].why
+        rows.append(IpxPortReport(kind, None, f"{kind}: not opened: {why}", why))
+    return tuple(rows)
+
+
 def describe(
     topology: Topology,
     selections: Sequence[Selection],
     wireguard_peers: Mapping[str, Sequence[str]],
     *,
     configured: bool = True,
+    ipx: Sequence[IpxInterface] = (),
+    rfc1234_port: int = 213,
 ) -> Report:
     """The relay's plan (``policy.relay.build_plan``) and every interface's part in it.
+
+    With ``ipx`` entries, also the IPX interface ports ``policy.ipx_ports.plan_ports`` plans
+    for the same topology and peers, and why each selected kind gets none where it does not.
 
     Args:
         topology: the interfaces, read as the relay reads them.
         selections: the relay's selections (:func:`relay_selections`).
         wireguard_peers: peers per WireGuard interface, read for the names
-            ``policy.relay.wireguard_reads`` lists (as the bridge hands them to build_plan).
+            ``policy.relay.wireguard_reads`` lists for the relay's and the IPX entries'
+            selections (as the bridge hands them to build_plan and plan_ports).
         configured: False when ``selections`` is the ``"*"`` preview of a relay that is off.
+        ipx: the ``ipx.interfaces`` entries (``app.ipx.ipx_interfaces``); empty: no IPX ports.
+        rfc1234_port: the tunnel's UDP port (``ipx.listen``), which rfc1234 ports use.
 
     Raises:
         ValueError: a pattern with "/" that is not an IPv4 CIDR.
     """
+    entries = tuple(ipx)
+    ipx_selections = tuple(e.selection for e in entries)
+    ipx_matches = tuple(tuple(i.name for i in select(topology, [e.pattern])) for e in entries)
+    ipx_plans, ipx_skipped = plan_ports(topology, entries, wireguard_peers)
+    plan_at = {(p.segment.interface, p.segment.kind): p for p in ipx_plans}
+    skip_at = {(s.interface, s.kind): s for s in ipx_skipped}
     chosen = tuple(selections)
     matches = tuple(tuple(i.name for i in select(topology, [s.pattern])) for s in chosen)
     egresses, own, bcasts = build_plan(topology, chosen, wireguard_peers)
@@ -238,10 +373,39 @@ def describe(
         if egress is not None:
             notes = (*notes, _arrivals(egress, bcasts))
         is_primary = primary is not None and primary.index == iface.index
-        rows.append(
-            InterfaceReport(iface, is_primary, sel is not None, role, egress, action, notes)
+        ipx_sel = None if iface.is_loopback else selection_for(iface, ipx_selections)
+        entry = None if ipx_sel is None else entries[ipx_selections.index(ipx_sel)]
+        ports = (
+            ()
+            if entry is None
+            else _ipx_rows(
+                iface,
+                entry,
+                plans=plan_at,
+                skipped=skip_at,
+                wg=wireguard_peers,
+                rfc1234_port=rfc1234_port,
+            )
         )
-    return Report(chosen, configured, matches, egresses, own, bcasts, tuple(rows))
+        rows.append(
+            InterfaceReport(
+                iface, is_primary, sel is not None, role, egress, action, notes, entry, ports
+            )
+        )
+    return Report(
+        chosen,
+        configured,
+        matches,
+        egresses,
+        own,
+        bcasts,
+        tuple(rows),
+        entries,
+        ipx_matches,
+        ipx_plans,
+        ipx_skipped,
+        rfc1234_port,
+    )
 
 
 def relay_selections(config: Config) -> tuple[tuple[Selection, ...], bool]:
@@ -257,7 +421,27 @@ def relay_selections(config: Config) -> tuple[tuple[Selection, ...], bool]:
     return (Selection(EVERY_INTERFACE),), False
 
 
-def _interface_json(item: InterfaceReport) -> dict[str, Any]:
+def _ipx_port_json(row: IpxPortReport, rfc1234_port: int) -> dict[str, Any]:
+    plan = row.plan
+    if plan is None:
+        return {"kind": str(row.kind), "planned": False, "action": row.action, "why": row.why}
+    udp = {PortKind.IPXWRAPPER: IPXWRAPPER_UDP_PORT, PortKind.RFC1234: rfc1234_port}
+    return {
+        "kind": str(row.kind),
+        "planned": True,
+        "action": row.action,
+        "role": plan.role,
+        "address": plan.address,
+        "broadcast": plan.broadcast,
+        "peers": list(plan.peers),
+        "networks": list(plan.networks),
+        "mtu": plan.mtu,
+        "framing": plan.framing if row.kind is PortKind.ETHERNET else None,
+        "udp_port": udp.get(row.kind),
+    }
+
+
+def _interface_json(item: InterfaceReport, rfc1234_port: int = 213) -> dict[str, Any]:
     iface = item.interface
     return {
         "name": iface.name,
@@ -284,6 +468,11 @@ def _interface_json(item: InterfaceReport) -> dict[str, Any]:
         "action": item.action,
         "notes": list(item.notes),
         "peers": list(item.egress.peers) if item.egress is not None else [],
+        "ipx": {
+            "selected": item.ipx_entry is not None,
+            "entry": item.ipx_entry.pattern if item.ipx_entry is not None else None,
+            "ports": [_ipx_port_json(r, rfc1234_port) for r in item.ipx],
+        },
     }
 
 
@@ -295,8 +484,10 @@ def egress_json(egress: Egress) -> dict[str, Any]:
     }
 
 
-def render_json(report: Report, ports: Sequence[int], source: str) -> str:
-    """The ``--json`` document: the plan, the selections and every interface."""
+def render_json(
+    report: Report, ports: Sequence[int], source: str, ipx_source: str = "not configured"
+) -> str:
+    """The ``--json`` document: the plan, the selections, the IPX ports, every interface."""
     primary = next((i.interface.name for i in report.interfaces if i.primary), None)
     doc = {
         "ports": list(ports),
@@ -311,7 +502,28 @@ def render_json(report: Report, ports: Sequence[int], source: str) -> str:
         "primary": primary,
         "egresses": [egress_json(e) for e in report.egresses],
         "own_addresses": sorted(report.own_addresses),
-        "interfaces": [_interface_json(i) for i in report.interfaces],
+        "ipx": {
+            "configured": bool(report.ipx_entries),
+            "source": ipx_source,
+            "entries": [
+                {
+                    "pattern": e.pattern,
+                    "kinds": [str(k) for k in e.kinds],
+                    "role": e.role,
+                    "peers": list(e.peers),
+                    "framing": e.framing,
+                    "matches": list(m),
+                }
+                for e, m in zip(report.ipx_entries, report.ipx_matches, strict=True)
+            ],
+            "unmatched": list(report.ipx_unmatched),
+            "ports": [str(p.segment) for p in report.ipx_ports],
+            "skipped": [
+                {"interface": s.interface, "kind": str(s.kind), "why": s.why}
+                for s in report.ipx_skipped
+            ],
+        },
+        "interfaces": [_interface_json(i, report.rfc1234_port) for i in report.interfaces],
     }
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
@@ -342,9 +554,27 @@ def _header(report: Report, ports: Sequence[int], source: str) -> list[str]:
     return lines
 
 
-def render_text(report: Report, ports: Sequence[int], source: str) -> str:
+def _ipx_header(report: Report, source: str) -> list[str]:
+    if not report.ipx_entries:
+        return [f"IPX interface ports: none ({source})"]
+    shown = []
+    for entry in report.ipx_entries:
+        extra = [",".join(str(k) for k in entry.kinds)]
+        extra += [entry.role] if entry.role != "auto" else []
+        extra += [f"peers {', '.join(entry.peers)}"] if entry.peers else []
+        extra += [f"framing {entry.framing}"] if entry.framing != "auto" else []
+        shown.append(f"{entry.pattern} ({'; '.join(extra)})")
+    lines = [f"IPX interface ports ({source}): {', '.join(shown)}"]
+    lines.extend(f"  {p!r} matches no interface" for p in report.ipx_unmatched)
+    return lines
+
+
+def render_text(
+    report: Report, ports: Sequence[int], source: str, ipx_source: str = "not configured"
+) -> str:
     """The human-readable listing."""
     lines = _header(report, ports, source)
+    lines += _ipx_header(report, ipx_source)
     for item in report.interfaces:
         iface = item.interface
         state = "up" if iface.up else "down"
@@ -380,11 +610,22 @@ def render_text(report: Report, ports: Sequence[int], source: str) -> str:
             lines.append(f"    inet {where} {brd}")
         lines.append(f"    -> {item.action}")
         lines.extend(f"       {note}" for note in item.notes)
+        if report.ipx_entries and not iface.is_loopback:
+            if item.ipx_entry is None:
+                lines.append("    ipx: not selected by ipx.interfaces")
+            lines.extend(f"    ipx -> {row.action}" for row in item.ipx)
     count = len(report.egresses)
     used = ", ".join(e.name for e in report.egresses)
     lines.append(f"plan: {used} ({count} interfaces)" if count > 1 else f"plan: {used or 'none'}")
     if count < 2:
         lines.append(f"  {FEW_EGRESSES}; have {count}")
+    if report.ipx_entries:
+        planned = ", ".join(str(p.segment) for p in report.ipx_ports)
+        lines.append(
+            f"ipx ports: {planned} ({len(report.ipx_ports)} planned)"
+            if planned
+            else "ipx ports: none planned"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -417,6 +658,8 @@ def run(args: argparse.Namespace) -> int:
         flags.setdefault("relay", {})["interfaces"] = [{"name": n} for n in args.iface]
     if args.relay_port:
         flags.setdefault("relay", {})["ports"] = list(dict.fromkeys(args.relay_port))
+    if args.ipx_iface:  # as `run --ipx-iface`: replaces ipx.interfaces
+        flags.setdefault("ipx", {})["interfaces"] = list(args.ipx_iface)
     try:
         config = load_config(args.config, flags=flags)
     except ConfigError as exc:
@@ -432,22 +675,50 @@ def run(args: argparse.Namespace) -> int:
         source = "from the IPXBRIDGE_* environment"
     else:
         source = "no --config, --iface or IPXBRIDGE_RELAY__INTERFACES"
+    from ipxbridge.app.ipx import ipx_interfaces  # noqa: PLC0415 - see above
+
+    entries = ipx_interfaces(config)  # exactly what the IPX service hands plan_ports
+    if args.ipx_iface:
+        ipx_source = "from --ipx-iface"
+    elif entries and args.config is not None:
+        ipx_source = f"from {args.config}"
+    elif entries:
+        ipx_source = "from the IPXBRIDGE_* environment"
+    else:
+        ipx_source = "no ipx.interfaces or --ipx-iface"
     topology = _read_topology()
     if topology is None:
         return EXIT_FAILURE
-    try:
-        # The bridge's order: the topology, then the peers of the names the plan needs.
-        names = wireguard_reads(topology, selections)
-        peers = asyncio.run(read_wireguard_peers(names)) if names else {}
-        report = describe(topology, selections, peers, configured=configured)
-    except ValueError as exc:
-        print(f"ipxbridge: relay interfaces: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    # The bridge's order: the topology, then the peers of the names the plans need (the
+    # relay's and the IPX service's reads, each as the bridge does them). A malformed CIDR
+    # in either selection shows here first.
+    names: list[str] = []
+    for what, chosen in (
+        ("relay interfaces", selections),
+        ("ipx interfaces", tuple(e.selection for e in entries)),
+    ):
+        try:
+            names += wireguard_reads(topology, chosen)
+        except ValueError as exc:
+            print(f"ipxbridge: {what}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    wanted = tuple(dict.fromkeys(names))
+    peers = asyncio.run(read_wireguard_peers(wanted)) if wanted else {}
+    # ipx.listen is not off when there are entries (config.IpxSection refuses it).
+    tunnel_port = parse_host_port(config.ipx.listen).port if entries else 213
+    report = describe(
+        topology,
+        selections,
+        peers,
+        configured=configured,
+        ipx=entries,
+        rfc1234_port=tunnel_port,
+    )
     ports = config.relay.ports
     if args.json:
-        sys.stdout.write(render_json(report, ports, source))
+        sys.stdout.write(render_json(report, ports, source, ipx_source))
     else:
-        sys.stdout.write(render_text(report, ports, source))
+        sys.stdout.write(render_text(report, ports, source, ipx_source))
     return EXIT_OK
 
 

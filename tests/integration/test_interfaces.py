@@ -324,6 +324,97 @@ def test_interfaces_reads_the_relay_config(
     assert f"{config}:4: relay.interfaces.0.role" in bad.stderr
 
 
+IPX_SELECTION = (
+    *("--ipx-iface", "lan0"),  # default kinds: ethernet, ipxwrapper
+    *("--ipx-iface", "br0:rfc1234,ethernet"),
+    *("--ipx-iface", "tun0:rfc1234"),
+    *("--ipx-iface", "ixwg*:ethernet,ipxwrapper"),
+    *("--ipx-iface", "nomatch0:ipxwrapper"),
+)
+
+
+def _ipx_log_line(log: str) -> dict[str, str]:
+    """The bridge's last "IPX interface ports: ..." line, as {"iface/kind": what}."""
+    line = [row for row in log.splitlines() if "IPX interface ports: " in row][-1]
+    parts = line.split("IPX interface ports: ", 1)[1].split("; ")
+    out = {}
+    for part in parts:
+        name, _, rest = part.partition(" ")
+        out[name] = rest
+    return out
+
+
+@pytest.mark.netns
+def test_interfaces_shows_the_ipx_ports_the_bridge_opens(
+    net: Netns, box: str, wg_name: str, workdir: Path
+) -> None:
+    """Issue 13 item 4: what IPX does on each NIC is the plan the IPX service applies.
+
+    The same --ipx-iface flags go to the command and to ``run``; the ports the command
+    plans are the ones the bridge logs as open, and the kinds it skips the bridge logs as
+    NOT open with the same reason (plan_ports's).
+    """
+    res = interfaces_cmd(net, box, "--json", *IPX_SELECTION)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    ipx = doc["ipx"]
+    assert ipx["configured"] is True
+    assert ipx["source"] == "from --ipx-iface"
+    assert [(e["pattern"], e["kinds"], e["matches"]) for e in ipx["entries"]] == [
+        ("lan0", ["ethernet", "ipxwrapper"], ["lan0"]),
+        ("br0", ["rfc1234", "ethernet"], ["br0"]),
+        ("tun0", ["rfc1234"], ["tun0"]),
+        ("ixwg*", ["ethernet", "ipxwrapper"], [wg_name]),
+        ("nomatch0", ["ipxwrapper"], []),
+    ]
+    assert ipx["unmatched"] == ["nomatch0"]
+    assert sorted(ipx["ports"]) == sorted(
+        ["lan0/ethernet", "lan0/ipxwrapper", "br0/rfc1234", "br0/ethernet",
+         f"{wg_name}/ipxwrapper"]
+    )  # fmt: skip
+    assert sorted((s["interface"], s["kind"], s["why"]) for s in ipx["skipped"]) == sorted(
+        [
+            ("tun0", "rfc1234", "interface is down"),  # no carrier: nobody holds the tun
+            (wg_name, "ethernet", "a wireguard interface carries no Ethernet frames"),
+        ]
+    )
+    rows = {i["name"]: i["ipx"] for i in doc["interfaces"]}
+    lan = {p["kind"]: p for p in rows["lan0"]["ports"]}
+    assert lan["ethernet"]["framing"] == "auto"
+    assert lan["ipxwrapper"]["broadcast"] == "10.61.1.255"  # computed: no "brd +" on lan0
+    assert lan["ipxwrapper"]["address"] == "10.61.1.1"
+    assert lan["ipxwrapper"]["udp_port"] == 54792
+    br = {p["kind"]: p for p in rows["br0"]["ports"]}
+    assert (br["rfc1234"]["broadcast"], br["rfc1234"]["udp_port"]) == ("10.61.2.255", 213)
+    wg = {p["kind"]: p for p in rows[wg_name]["ports"]}
+    assert (wg["ipxwrapper"]["role"], wg["ipxwrapper"]["peers"]) == ("p2p", ["10.98.0.2"])
+    assert wg["ipxwrapper"]["action"].endswith("(from WireGuard AllowedIPs) from 10.98.0.1")
+    assert rows["lo"] == {"selected": False, "entry": None, "ports": []}
+
+    text = interfaces_cmd(net, box, *IPX_SELECTION).stdout
+    assert "    ipx -> rfc1234: not opened: interface is down\n" in text
+    lan_line = "    ipx -> ipxwrapper: udp 54792, lan: broadcasts to 10.61.1.255 from 10.61.1.1\n"
+    assert lan_line in text
+    assert "ipx ports: lan0/ethernet, lan0/ipxwrapper, br0/rfc1234, br0/ethernet, " in text
+
+    bridge = BridgeProcess(
+        net,
+        box,
+        *("--source-mode", "rewrite", "--metrics-listen", "off", *IPX_SELECTION),
+        log_dir=workdir,
+        ready=rf"IPX interface ports: .*{wg_name}/ipxwrapper \(p2p, peers 10\.98\.0\.2\)",
+    )
+    try:
+        logged = _ipx_log_line(bridge.log())
+    finally:
+        assert bridge.stop() == 0
+    opened = {k for k, v in logged.items() if not v.startswith("NOT open")}
+    assert opened == set(ipx["ports"])
+    assert {k: v.removeprefix("NOT open: ") for k, v in logged.items() if k not in opened} == {
+        f"{s['interface']}/{s['kind']}": s["why"] for s in ipx["skipped"]
+    }
+
+
 @pytest.mark.netns
 def test_netifaces_fallback_computes_broadcast(net: Netns, box: str, wg_name: str) -> None:
     code = (
