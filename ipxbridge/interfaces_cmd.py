@@ -64,6 +64,7 @@ from ipxbridge.policy.relay import (
 )
 from ipxbridge.policy.switch import PortKind
 from ipxbridge.policy.topology import Interface, Topology, select
+from ipxbridge.wire.ipx import IPX_UDP_PORT
 from ipxbridge.wire.ipxwrapper import IPXWRAPPER_UDP_PORT
 
 EXIT_OK: Final = 0
@@ -114,7 +115,7 @@ class Report:
     ipx_matches: tuple[tuple[str, ...], ...] = ()  # per entry, the interface names it matches
     ipx_ports: tuple[PortPlan, ...] = ()  # plan_ports's, in its order
     ipx_skipped: tuple[Skipped, ...] = ()
-    rfc1234_port: int = 213  # the tunnel's UDP port, which rfc1234 ports speak on
+    rfc1234_port: int = IPX_UDP_PORT  # the tunnel's UDP port, which rfc1234 ports speak on
 
     @property
     def ipx_unmatched(self) -> tuple[str, ...]:
@@ -321,7 +322,7 @@ def describe(
     *,
     configured: bool = True,
     ipx: Sequence[IpxInterface] = (),
-    rfc1234_port: int = 213,
+    rfc1234_port: int = IPX_UDP_PORT,
 ) -> Report:
     """The relay's plan (``policy.relay.build_plan``) and every interface's part in it.
 
@@ -441,7 +442,7 @@ def _ipx_port_json(row: IpxPortReport, rfc1234_port: int) -> dict[str, Any]:
     }
 
 
-def _interface_json(item: InterfaceReport, rfc1234_port: int = 213) -> dict[str, Any]:
+def _interface_json(item: InterfaceReport, rfc1234_port: int = IPX_UDP_PORT) -> dict[str, Any]:
     iface = item.interface
     return {
         "name": iface.name,
@@ -705,7 +706,7 @@ def run(args: argparse.Namespace) -> int:
     wanted = tuple(dict.fromkeys(names))
     peers = asyncio.run(read_wireguard_peers(wanted)) if wanted else {}
     # ipx.listen is not off when there are entries (config.IpxSection refuses it).
-    tunnel_port = parse_host_port(config.ipx.listen).port if entries else 213
+    tunnel_port = parse_host_port(config.ipx.listen).port if entries else IPX_UDP_PORT
     report = describe(
         topology,
         selections,
