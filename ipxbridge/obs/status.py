@@ -2,6 +2,12 @@
 
 Everything shown comes from remote input at some point (session names, host addresses), so
 every value is HTML-escaped; the page never embeds script.
+
+Sections: game sessions; the tunnel's DOSBox-protocol clients and RFC 1234 peers; the stations
+learned on IPX interface ports (native IPX with its framing, IPXWrapper and RFC 1234 hosts
+with their address, each with its interface: the ``/api/clients`` items of those kinds); the
+interface ports themselves, open or not and why (``app.http.ipx_port_rows``); the relay's
+interfaces; counters.
 """
 
 from html import escape
@@ -10,6 +16,14 @@ from typing import Any, Final
 from ipxbridge.policy.sessions import players_text, status_text
 
 REFRESH_SECONDS: Final = 5
+
+# /api/clients kinds of stations learned on IPX interface ports (issue 13), as a person says
+# them; the other kinds (dosbox, peer) are UDP clients and peers of the tunnel.
+STATION_KINDS: Final = {
+    "ethernet": "native IPX",
+    "ipxwrapper": "IPXWrapper",
+    "rfc1234": "RFC 1234 host",
+}
 
 STYLE: Final = """
 body{font-family:system-ui,sans-serif;margin:1.5em;background:#101418;color:#e8e8e8}
@@ -65,6 +79,21 @@ def render_status(data: dict[str, Any]) -> str:
         }
         for i in data.get("interfaces", [])
     ]
+    clients = data.get("clients", [])
+    stations = [
+        {**c, "kind_text": STATION_KINDS[c["kind"]]}
+        for c in clients
+        if c.get("kind") in STATION_KINDS
+    ]
+    tunnel = [c for c in clients if c.get("kind") not in STATION_KINDS]
+    ports = [
+        {**p, "state": "open" if p.get("open") else "NOT open"} for p in data.get("ipx_ports", [])
+    ]
+    no_ports = (
+        "No interface matches ipx.interfaces."
+        if data.get("ipx_ports_configured")
+        else "No IPX interface ports (ipx.interfaces, --ipx-iface)."
+    )
     counters = "".join(
         f"<tr><td>{escape(k)}</td><td>{int(v)}</td></tr>"
         for k, v in data.get("counters", {}).items()
@@ -95,14 +124,43 @@ def render_status(data: dict[str, Any]) -> str:
         ),
         "<h2>IPX clients and peers</h2>",
         _table(
-            data.get("clients", []),
+            tunnel,
             [
                 ("kind", "Kind"),
                 ("address", "Address"),
                 ("node", "IPX node"),
+                ("verified", "Verified"),
                 ("idle_seconds", "Idle (s)"),
             ],
             "No IPX clients connected.",
+        ),
+        "<h2>IPX stations on interfaces</h2>",
+        _table(
+            stations,
+            [
+                ("kind_text", "Kind"),
+                ("interface", "Interface"),
+                ("node", "IPX node"),
+                ("framing", "Framing"),
+                ("address", "Address"),
+                ("idle_seconds", "Idle (s)"),
+            ],
+            "No native, IPXWrapper or RFC 1234 station heard yet." if ports else no_ports,
+        ),
+        "<h2>IPX interface ports</h2>",
+        _table(
+            ports,
+            [
+                ("interface", "Interface"),
+                ("kind", "Kind"),
+                ("state", "State"),
+                ("role", "Role"),
+                ("detail", "Broadcasts / framing"),
+                ("stations", "Stations"),
+                ("bridges", "Other bridges"),
+                ("why", "Why not open"),
+            ],
+            no_ports,
         ),
         "<h2>Relay interfaces</h2>",
         _table(
@@ -123,7 +181,7 @@ def render_status(data: dict[str, Any]) -> str:
         "<h2>Counters</h2>",
         f'<table class="counters">{counters}</table>',
         '<p class="muted">Prometheus: <a href="/metrics" style="color:#9cd">/metrics</a> '
-        "&middot; JSON: /api/sessions, /api/clients, /api/interfaces</p>",
+        "&middot; JSON: /api/sessions, /api/clients (stations too), /api/interfaces</p>",
         "</body></html>",
     ]
     return "\n".join(parts)

@@ -400,14 +400,23 @@ def test_interfaces_shows_the_ipx_ports_the_bridge_opens(
     bridge = BridgeProcess(
         net,
         box,
-        *("--source-mode", "rewrite", "--metrics-listen", "off", *IPX_SELECTION),
+        *("--source-mode", "rewrite", *IPX_SELECTION),
         log_dir=workdir,
         ready=rf"IPX interface ports: .*{wg_name}/ipxwrapper \(p2p, peers 10\.98\.0\.2\)",
     )
     try:
         logged = _ipx_log_line(bridge.log())
+        page = bridge_get(box, "/")
     finally:
         assert bridge.stop() == 0
+    # The status page lists the same ports, open or not and why.
+    ports = page.split("<h2>IPX interface ports</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "<td>lan0</td><td>ethernet</td><td>open</td><td>lan</td>" in ports
+    assert (
+        f"<td>{wg_name}</td><td>ipxwrapper</td><td>open</td><td>p2p</td><td>peers 10.98.0.2</td>"
+    ) in ports
+    assert "<td>tun0</td><td>rfc1234</td><td>NOT open</td>" in ports
+    assert "<td>interface is down</td>" in ports
     opened = {k for k, v in logged.items() if not v.startswith("NOT open")}
     assert opened == set(ipx["ports"])
     assert {k: v.removeprefix("NOT open: ") for k, v in logged.items() if k not in opened} == {
