@@ -574,7 +574,9 @@ def load_config(
             loc = tuple(err["loc"])
             dotted = ".".join(str(p) for p in loc) or "(top level)"
             env_key = _env_key(loc, overrides)
-            if env_key is not None:
+            if flags and _env_key(loc, flags) is not None:
+                where = "command line"  # a flag set it (flags win over the environment)
+            elif env_key is not None:
                 where = "environment " + env_key
             else:
                 line = _line_of(root, loc)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ipxbridge.cli import main
+from ipxbridge.cli import build_parser, main
 from ipxbridge.config import (
     DEFAULT_CONFIG_YAML,
     Config,
@@ -155,6 +155,157 @@ def test_flags_override_environment() -> None:
         None, {"IPXBRIDGE_IPX__LISTEN": "127.0.0.1:1000"}, {"ipx": {"listen": "127.0.0.1:2000"}}
     )
     assert cfg.ipx.listen == "127.0.0.1:2000"
+
+
+# --- ipx.interfaces (issue 13): every error with FILE:LINE and the entry's path ----------
+
+IPX_KINDS_YAML = """\
+ipx:
+  interfaces:
+    - name: eth0
+      kinds: [ethernet, token_ring]
+    - name: wg0
+      kinds: []
+    - name: ''
+      kinds: [ipxwrapper, ipxwrapper]
+    - kinds: [ethernet]
+"""
+
+IPX_FIELDS_YAML = """\
+ipx:
+  interfaces:
+    - name: eth0
+      framing: novell
+      role: bridge
+      peers: [10.0.0.300]
+      promisc: true
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            IPX_KINDS_YAML,
+            [
+                "4: ipx.interfaces.0.kinds.1: Input should be 'ethernet', 'ipxwrapper' or "
+                "'rfc1234' (got 'token_ring')",
+                "6: ipx.interfaces.1.kinds: at least one of ethernet, ipxwrapper, rfc1234",
+                "7: ipx.interfaces.2.name: empty interface name (expected a name, a glob like "
+                "wg* or a CIDR) (got '')",
+                "8: ipx.interfaces.2.kinds: each kind at most once",
+                "9: ipx.interfaces.3.name: Field required",
+            ],
+        ),
+        (
+            IPX_FIELDS_YAML,
+            [
+                "4: ipx.interfaces.0.framing: Input should be 'auto', 'ethernet_ii', '802.3', "
+                "'802.2' or 'snap' (got 'novell')",
+                "5: ipx.interfaces.0.role: Input should be 'auto', 'lan' or 'p2p' (got 'bridge')",
+                "6: ipx.interfaces.0.peers.0: Octet 300 (> 255) not permitted in '10.0.0.300'",
+                "7: ipx.interfaces.0.promisc: unknown key",
+            ],
+        ),
+        (
+            "ipx:\n  listen: 'off'\n  interfaces:\n    - name: eth0\n",
+            ["3: ipx.interfaces: interface ports need the IPX switch: ipx.listen is off"],
+        ),
+        (
+            "ipx:\n  listen: 10.0.0.1:213\n  interfaces:\n    - name: eth0\n"
+            "      kinds: [rfc1234]\n",
+            [
+                "3: ipx.interfaces: rfc1234 ports receive subnet broadcasts: ipx.listen must "
+                "be 0.0.0.0:PORT, not 10.0.0.1:213"
+            ],
+        ),
+        ("ipx:\n  interfaces: eth0\n", ["2: ipx.interfaces: Input should be a valid tuple"]),
+    ],
+)
+def test_ipx_interfaces_errors_name_file_line_and_entry(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
+    path = tmp_path / "ipx.yaml"
+    errors = sorted(errors_in(path, text), key=lambda e: int(e.split(":")[1]))
+    assert len(errors) == len(expected), errors
+    for line, want in zip(errors, expected, strict=True):
+        assert line.startswith(f"{path}:{want}"), (line, want)
+
+
+def test_ipx_interfaces_good_and_from_the_environment() -> None:
+    text = (
+        "ipx:\n  interfaces:\n    - name: eth1\n    - name: 'wg*'\n      kinds: [ipxwrapper]\n"
+        "      role: p2p\n      peers: [10.98.0.2]\n    - name: 10.5.0.0/24\n"
+        "      kinds: [ethernet]\n      framing: snap\n"
+    )
+    cfg = Config.model_validate(yaml.safe_load(text))
+    assert [(i.name, i.kinds, i.role, i.peers, i.framing) for i in cfg.ipx.interfaces] == [
+        ("eth1", ("ethernet", "ipxwrapper"), "auto", (), "auto"),  # the default kinds
+        ("wg*", ("ipxwrapper",), "p2p", ("10.98.0.2",), "auto"),
+        ("10.5.0.0/24", ("ethernet",), "auto", (), "snap"),
+    ]
+    env = {"IPXBRIDGE_IPX__INTERFACES": "[{name: eth0, kinds: [rfc1234]}]"}
+    assert load_config(None, env).ipx.interfaces[0].kinds == ("rfc1234",)
+    assert errors_of("good.yaml", {"IPXBRIDGE_IPX__INTERFACES": "[{name: eth0, kinds: [x]}]"}) == [
+        "environment IPXBRIDGE_IPX__INTERFACES: ipx.interfaces.0.kinds.0: Input should be "
+        "'ethernet', 'ipxwrapper' or 'rfc1234' (got 'x')"
+    ]
+
+
+def test_an_error_in_a_value_a_flag_set_names_the_command_line() -> None:
+    """Not the default file's line: ``--ipx-iface eth0 --ipx-listen off`` is the flags' fault."""
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {}, {"ipx": {"listen": "off", "interfaces": [{"name": "eth0"}]}})
+    assert info.value.errors == [
+        "command line: ipx.interfaces: interface ports need the IPX switch: ipx.listen is off"
+    ]
+    res = run_cli("run", "--ipx-iface", "eth0", "--ipx-listen", "off")
+    assert res.returncode == 2
+    assert res.stderr == (
+        "ipxbridge: command line: ipx.interfaces: interface ports need the IPX switch: "
+        "ipx.listen is off\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "entry"),
+    [
+        ("eth0", {"name": "eth0"}),  # kinds: the config's default (ethernet, ipxwrapper)
+        ("eth0:", {"name": "eth0"}),
+        ("wg*:ipxwrapper", {"name": "wg*", "kinds": ["ipxwrapper"]}),
+        ("eth1:ethernet, rfc1234", {"name": "eth1", "kinds": ["ethernet", "rfc1234"]}),
+        ("10.5.0.0/24:rfc1234", {"name": "10.5.0.0/24", "kinds": ["rfc1234"]}),
+    ],
+)
+def test_ipx_iface_flag_parses_into_an_ipx_interfaces_entry(
+    text: str, entry: dict[str, object]
+) -> None:
+    args = build_parser().parse_args(["run", "--ipx-iface", text, "--ipx-iface", "seg0"])
+    assert args.ipx_iface == [entry, {"name": "seg0"}]
+    cfg = load_config(None, {}, {"ipx": {"interfaces": args.ipx_iface}})
+    assert cfg.ipx.interfaces[0].name == entry["name"]
+    assert list(cfg.ipx.interfaces[0].kinds) == entry.get("kinds", ["ethernet", "ipxwrapper"])
+
+
+@pytest.mark.parametrize("command", ["run", "interfaces"])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "eth0:token_ring",
+            "unknown port kind token_ring (expected ethernet, ipxwrapper, rfc1234)",
+        ),
+        ("eth0:ethernet,", "unknown port kind (none) (expected ethernet, ipxwrapper, rfc1234)"),
+        (":ethernet", "empty interface name (expected a name, a glob like wg* or a CIDR)"),
+    ],
+)
+def test_bad_ipx_iface_flag_exits_2_naming_the_flag(command: str, text: str, message: str) -> None:
+    res = run_cli(command, "--ipx-iface", text)
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"ipxbridge {command}: error: argument --ipx-iface: {message}"
+    )
+    assert "Traceback" not in res.stderr
 
 
 @pytest.mark.parametrize(
