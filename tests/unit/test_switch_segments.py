@@ -1,0 +1,295 @@
+"""Segments as switch ports (issue 13): rules 6-8 for native, IPXWrapper and RFC 1234 ports.
+
+Pure: the switch is driven with IPX packets and an injected clock, as the I/O layer drives
+it (``io/segments.py`` hands ``handle_segment`` the IPX packet of each frame or datagram,
+an Ethernet port with the frame's framing as ``via``).
+"""
+
+from ipxbridge.policy.switch import (
+    BEACON_INTERVAL,
+    BEACON_TTL,
+    Address,
+    IpxSwitch,
+    Outcome,
+    PortKind,
+    Segment,
+    SwitchSettings,
+)
+from ipxbridge.wire import ipx
+from ipxbridge.wire.ethernet import Framing
+from tests.unit.test_switch import SERVER_NODE, node, register, verify
+
+ETH0 = Segment("eth0", PortKind.ETHERNET)
+WRAP = Segment("wg0", PortKind.IPXWRAPPER)
+RFC = Segment("eth1", PortKind.RFC1234)
+A: Address = ("10.0.0.11", 40001)
+B: Address = ("10.0.0.12", 40002)
+PEER: Address = ("192.0.2.50", 213)
+
+ME = bytes.fromhex("020000000005")  # this bridge's id (locally administered, unicast)
+LOWER = bytes.fromhex("020000000001")  # another bridge with a lower id
+HIGHER = bytes.fromhex("020000000009")
+PEER_ID = bytes.fromhex("0200000000aa")  # the bridge id PEER announces
+NATIVE = bytes.fromhex("00a0c9123456")  # a DOS PC on eth0: its MAC is its node
+NATIVE2 = bytes.fromhex("00a0c9abcdef")
+UNKNOWN = bytes.fromhex("00a0c9000001")
+GAME_SOCKET = 0x4545  # any game socket outside the default filter
+
+
+def switch(*, peers: tuple[Address, ...] = (PEER,), clients: bool = True) -> IpxSwitch:
+    """Three segments, a peer and (unless told not to) two verified DOSBox clients."""
+    sw = IpxSwitch(
+        SwitchSettings(),
+        peers,
+        lambda _addr: SERVER_NODE,
+        segments=(ETH0, WRAP, RFC),
+        bridge_id=ME,
+    )
+    if clients:
+        for addr in (A, B):
+            register(sw, addr)
+            verify(sw, addr)
+    return sw
+
+
+def packet(
+    src: bytes, dst: bytes = ipx.BROADCAST_NODE, *, hops: int = 0, data: bytes = b"x"
+) -> bytes:
+    return ipx.build_packet(
+        dst_node=dst,
+        dst_socket=GAME_SOCKET,
+        src_node=src,
+        src_socket=GAME_SOCKET,
+        hops=hops,
+        payload=data,
+    )
+
+
+def hops_of(data: bytes | None) -> int:
+    assert data is not None
+    return ipx.parse_header(data).hops
+
+
+# --- rule 7 across segments -----------------------------------------------------------------
+
+
+def test_broadcast_from_a_segment_goes_everywhere_but_back() -> None:
+    sw = switch()
+    d = sw.handle_segment(ETH0, packet(NATIVE), 1.0, via=Framing.LLC)
+    assert (d.outcome, d.detail) == (Outcome.FORWARDED, "broadcast")
+    assert set(d.targets) == {A, B, PEER, WRAP, RFC}
+    assert ETH0 not in d.targets
+    assert d.header is not None  # inspected like any other forwarded packet
+
+
+def test_broadcast_from_a_client_reaches_every_segment() -> None:
+    sw = switch()
+    d = sw.handle(packet(node(A)), A, 1.0)
+    assert set(d.targets) == {B, PEER, ETH0, WRAP, RFC}
+
+
+def test_learned_unicast_goes_to_the_segment_only() -> None:
+    sw = switch()
+    sw.handle_segment(ETH0, packet(NATIVE), 1.0, via=Framing.LLC)  # learns NATIVE on eth0
+    assert sw.learned_on(ETH0) == 1
+    d = sw.handle(packet(node(A), NATIVE, data=b"hello"), A, 2.0)
+    assert (d.detail, d.targets) == ("unicast", (ETH0,))
+    # And back: the native station answers the client's node.
+    back = sw.handle_segment(ETH0, packet(NATIVE, node(A), data=b"hi"), 3.0, via=Framing.LLC)
+    assert (back.detail, back.targets) == ("unicast", (A,))
+    # A unicast to a node learned on the ingress segment is not sent back there.
+    same = sw.handle_segment(ETH0, packet(NATIVE2, NATIVE), 4.0, via=Framing.LLC)
+    assert same.detail == "destination_on_ingress"
+
+
+def test_unknown_unicast_goes_to_peers_and_segments_never_to_dosbox_clients() -> None:
+    sw = switch()
+    d = sw.handle_segment(ETH0, packet(NATIVE, UNKNOWN), 1.0, via=Framing.LLC)
+    assert d.detail == "flooded"
+    assert set(d.targets) == {PEER, WRAP, RFC}
+    assert not {A, B} & set(d.targets)  # a DOSBox client would take it as its own
+    from_client = sw.handle(packet(node(A), UNKNOWN), A, 2.0)
+    assert from_client.detail == "flooded"
+    assert set(from_client.targets) == {PEER, ETH0, WRAP, RFC}
+    # No peer and no other segment to try: nobody may own it.
+    lone = IpxSwitch(SwitchSettings(), segments=(ETH0,), bridge_id=ME)
+    assert lone.handle_segment(ETH0, packet(NATIVE, UNKNOWN), 1.0).detail == ("unknown_destination")
+
+
+# --- rule 8: beacons ------------------------------------------------------------------------
+
+
+def test_beacons_are_consumed_and_make_a_peer_share_a_segment() -> None:
+    sw = switch()
+    # PEER announces itself over the tunnel, then the same bridge is heard on eth0.
+    assert sw.handle(ipx.build_beacon(PEER_ID, ipx.rfc1234_node(PEER[0])), PEER, 1.0).detail == (
+        "beacon"
+    )
+    d = sw.handle_segment(ETH0, ipx.build_beacon(PEER_ID), 1.0, via=Framing.LLC)
+    assert (d.outcome, d.detail, d.targets) == (Outcome.CONTROL, "beacon", ())
+    assert sw.bridges_on(ETH0) == (PEER_ID,)
+    assert sw.learned_on(ETH0) == 0  # a beacon teaches no station
+    # A packet from that peer is not put on eth0 again: the peer put it there itself.
+    d = sw.handle(packet(bytes.fromhex("00000a0a0a0a")), PEER, 2.0)
+    assert d.detail == "broadcast"
+    assert set(d.targets) == {A, B, WRAP, RFC}
+    # Packets from the bridge's own clients and segments still go to eth0.
+    assert ETH0 in sw.handle(packet(node(A)), A, 2.0).targets
+    assert ETH0 in sw.handle_segment(WRAP, packet(NATIVE2), 2.0).targets
+    # Unknown unicast from that peer: not to eth0 either.
+    flood = sw.handle(packet(bytes.fromhex("00000a0a0a0a"), UNKNOWN, data=b"u"), PEER, 2.5)
+    assert set(flood.targets) == {WRAP, RFC}
+
+
+def test_a_shared_segment_expires_after_beacon_ttl() -> None:
+    sw = switch()
+    sw.handle(ipx.build_beacon(PEER_ID), PEER, 1.0)
+    sw.handle_segment(ETH0, ipx.build_beacon(PEER_ID), 1.0)
+    now = 0.0
+    # Beacons are judged when the bridge sends its own (every BEACON_INTERVAL, from tick).
+    while now < 1.0 + BEACON_TTL - 0.5:
+        sw.tick(now)
+        now += 0.5
+    assert sw.bridges_on(ETH0) == (PEER_ID,)
+    assert ETH0 not in sw.handle(packet(ipx.rfc1234_node(PEER[0]), data=b"1"), PEER, now).targets
+    end = 1.0 + BEACON_TTL + BEACON_INTERVAL
+    while now <= end:
+        sw.tick(now)
+        now += 0.5
+    assert sw.bridges_on(ETH0) == ()
+    assert ETH0 in sw.handle(packet(ipx.rfc1234_node(PEER[0]), data=b"2"), PEER, now).targets
+
+
+def test_of_the_bridges_that_have_the_peer_only_the_lowest_id_puts_it_on_the_segment() -> None:
+    """Rule 8: P is a peer of two bridges on eth0; each gets P's packet, one puts it there.
+
+    This bridge's id is ME; the other bridge on eth0 is LOWER or HIGHER.
+    """
+    low = switch()
+    high = switch()
+    # A bridge with a higher id that also has PEER (named by 00 00 + IPv4: it sent no beacon).
+    low.handle_segment(ETH0, ipx.build_beacon(HIGHER, peers=(ipx.rfc1234_node(PEER[0]),)), 1.0)
+    assert ETH0 in low.handle(packet(ipx.rfc1234_node(PEER[0])), PEER, 2.0).targets
+    # One with a lower id: that one puts PEER's packets on eth0, this one does not.
+    high.handle_segment(ETH0, ipx.build_beacon(LOWER, peers=(ipx.rfc1234_node(PEER[0]),)), 1.0)
+    assert ETH0 not in high.handle(packet(ipx.rfc1234_node(PEER[0])), PEER, 2.0).targets
+    # A lower bridge that does not have PEER changes nothing.
+    other = switch()
+    other.handle_segment(ETH0, ipx.build_beacon(LOWER, peers=(bytes.fromhex("00000a090909"),)), 1.0)
+    assert ETH0 in other.handle(packet(ipx.rfc1234_node(PEER[0])), PEER, 2.0).targets
+
+
+def test_own_beacon_is_ignored() -> None:
+    """Our own beacon heard back (a looped segment, a kernel echo) is not another bridge."""
+    sw = switch()
+    d = sw.handle_segment(ETH0, ipx.build_beacon(sw.bridge_id), 1.0)
+    assert (d.outcome, d.detail) == (Outcome.CONTROL, "beacon")
+    assert sw.bridges_on(ETH0) == ()
+
+
+def test_tick_sends_beacons_to_every_segment_and_peer() -> None:
+    sw = switch()
+    out = sw.tick(0.0)
+    beacons = [(data, to) for data, to in out if ipx.beacon_id(ipx.parse_header(data), data)]
+    assert {to for _, to in beacons} == {ETH0, WRAP, RFC, PEER}
+    assert all(ipx.beacon_id(ipx.parse_header(d), d) == ME for d, _ in beacons)
+    # The next ones only after BEACON_INTERVAL.
+    assert not [t for _, t in sw.tick(BEACON_INTERVAL / 2) if isinstance(t, Segment)]
+    assert {t for _, t in sw.tick(BEACON_INTERVAL) if isinstance(t, Segment)} == {
+        ETH0,
+        WRAP,
+        RFC,
+    }
+
+
+# --- rule 6 on segments: duplicates and hops ------------------------------------------------
+
+
+def test_copies_in_two_framings_on_one_segment_are_duplicates() -> None:
+    """A station bound to two frame types sends each packet once per framing (NetWare)."""
+    sw = switch()
+    data = packet(NATIVE, data=b"enum")
+    assert sw.handle_segment(ETH0, data, 1.0, via=Framing.LLC).outcome is Outcome.FORWARDED
+    second = sw.handle_segment(ETH0, data, 1.001, via=Framing.ETHERNET_II)
+    assert (second.outcome, second.detail) == (Outcome.DROPPED, "duplicate")
+    # The same packet again in the first framing is a game's resend: it passes.
+    again = sw.handle_segment(ETH0, data, 1.5, via=Framing.LLC)
+    assert again.outcome is Outcome.FORWARDED
+    # And the same bytes arriving on another port are a loop copy too.
+    assert sw.handle_segment(WRAP, data, 1.6).detail == "duplicate"
+
+
+def test_hop_count_ethernet_and_rfc1234_count_ipxwrapper_takes_zero() -> None:
+    sw = switch()
+    sw.udp_segment_for = lambda ip: RFC if ip.startswith("10.9.") else None
+    d = sw.handle_segment(ETH0, packet(NATIVE, hops=5, data=b"e"), 1.0, via=Framing.LLC)
+    assert hops_of(d.packet) == 6
+    assert sw.handle_segment(ETH0, packet(NATIVE, hops=15, data=b"f"), 1.0).detail == "hop_limit"
+    # IPXWrapper's UDP header has no hop field: whatever the packet says, it starts at 0.
+    w = sw.handle_segment(WRAP, packet(NATIVE2, hops=15, data=b"w"), 1.0)
+    assert (w.detail, hops_of(w.packet)) == ("broadcast", 1)
+    # An RFC 1234 host's datagram arrives on the tunnel socket from an address of eth1.
+    host: Address = ("10.9.0.7", 213)
+    r = sw.handle(packet(ipx.rfc1234_node(host[0]), hops=3, data=b"r"), host, 1.0)
+    assert (r.detail, hops_of(r.packet)) == ("broadcast", 4)
+    assert RFC not in r.targets
+    assert sw.learned_on(RFC) == 1
+    limit = sw.handle(packet(ipx.rfc1234_node(host[0]), hops=15, data=b"s"), host, 1.0)
+    assert limit.detail == "hop_limit"
+
+
+def test_own_broadcast_looped_back_on_an_rfc1234_segment() -> None:
+    sw = switch()
+    sw.udp_segment_for = lambda _ip: RFC
+    sw.own_ips = frozenset({"10.9.0.1"})
+    d = sw.handle(packet(ME, data=b"mine"), ("10.9.0.1", 213), 1.0)
+    assert d.detail == "own_packet"
+
+
+# --- loops and the bridge's own traffic -----------------------------------------------------
+
+
+def test_node_of_the_bridge_or_a_local_client_from_a_segment_is_a_loop() -> None:
+    sw = switch()
+    assert sw.handle_segment(ETH0, packet(ME), 1.0).detail == "loop"
+    assert sw.handle_segment(ETH0, packet(node(A), data=b"a"), 1.0).detail == "loop"
+    assert sw.learned_on(ETH0) == 0
+
+
+def test_replies_to_the_bridge_are_consumed() -> None:
+    """Answers to the bridge's own probes on a segment come to its id (``to_bridge``)."""
+    sw = switch()
+    d = sw.handle_segment(ETH0, packet(NATIVE, ME, data=b"reply"), 1.0, via=Framing.LLC)
+    assert (d.outcome, d.detail, d.targets) == (Outcome.CONTROL, "to_bridge", ())
+    assert d.header is not None
+    assert d.header.src_node == NATIVE  # inspected (a DirectPlay reply names its host)
+
+
+def test_probe_packets_reach_every_segment_from_the_bridge_id() -> None:
+    sw = switch()
+    out = sw.probe_packets(0x0000, 0x4001, b"probe", 1.0)
+    by_port = {to: data for data, to in out}
+    assert set(by_port) == {A, B, ETH0, WRAP, RFC}  # clients and segments, not peers
+    for segment in (ETH0, WRAP, RFC):
+        header = ipx.parse_header(by_port[segment])
+        assert (header.src_node, header.dst_node) == (ME, ipx.BROADCAST_NODE)
+    assert ipx.parse_header(by_port[A]).src_node == SERVER_NODE
+
+
+def test_remove_segment_forgets_its_nodes_and_bridges() -> None:
+    sw = switch()
+    sw.handle_segment(ETH0, packet(NATIVE), 1.0)
+    sw.handle_segment(ETH0, ipx.build_beacon(LOWER), 1.0)
+    assert (sw.learned_on(ETH0), sw.bridges_on(ETH0)) == (1, (LOWER,))
+    sw.remove_segment(ETH0)
+    assert ETH0 not in sw.segments
+    assert (sw.learned_on(ETH0), sw.bridges_on(ETH0)) == (0, ())
+    assert sw.learned_segment_nodes() == []
+    # Its station is now unknown: a unicast to it is flooded, and not to the gone segment.
+    d = sw.handle(packet(node(A), NATIVE, data=b"z"), A, 2.0)
+    assert d.detail == "flooded"
+    assert set(d.targets) == {PEER, WRAP, RFC}
+    assert ETH0 not in sw.handle(packet(node(A), data=b"b"), A, 2.0).targets
+    sw.remove_segment(ETH0)  # idempotent
+    sw.add_segment(ETH0)
+    assert ETH0 in sw.handle(packet(node(A), data=b"c"), A, 3.0).targets
