@@ -17,7 +17,12 @@
 #                     net.ipv4.ip_unprivileged_port_start (1024) applies.
 #   NET_RAW           relay source mode "preserve" (raw IP_HDRINCL copies keep the player's
 #                     address). This is optional in mode "auto", which falls back to
-#                     "rewrite" without it.
+#                     "rewrite" without it. IPX "ethernet" interface ports (native IPX
+#                     frames, ipx.interfaces / --ipx-iface) need it too: an AF_PACKET socket
+#                     per interface, which also puts the interface in promiscuous mode while
+#                     the bridge runs (the kernel undoes it when the socket closes; no
+#                     NET_ADMIN needed). Without it those ports stay closed and the bridge
+#                     logs why; its other ports work.
 #   SETUID, SETGID    let this script switch to uid/gid 10001 with setpriv. They are not
 #                     passed on to the bridge.
 #   NET_ADMIN         optional: the nftables fast path, and reading kernel WireGuard peers.
@@ -25,10 +30,11 @@
 # What it does, started as root (the image default):
 #   1. For `run`, it works out which capabilities the configuration needs: the IPX and HTTP
 #      ports (from --ipx-listen, IPXBRIDGE_IPX__LISTEN or ipx.listen in the --config file),
-#      the source mode and the fast path. It compares them with the capabilities the
-#      container was given (CapEff and CapBnd in /proc/self/status). If one is missing it
-#      prints ONE line naming the `--cap-add` flags to add, and exits 2. Without this check,
-#      setpriv would fail later with a cryptic message.
+#      the source mode, the fast path, and whether there are IPX interface ports (NET_RAW
+#      is then kept if given, whatever the source mode). It compares them with the
+#      capabilities the container was given (CapEff and CapBnd in /proc/self/status). If
+#      one is missing it prints ONE line naming the `--cap-add` flags to add, and exits 2.
+#      Without this check, setpriv would fail later with a cryptic message.
 #   2. exec setpriv: switch to uid/gid 10001 with no supplementary groups (--clear-groups
 #      works without a passwd entry, unlike --init-groups) and set no_new_privs. Only the
 #      capabilities that are present and useful are kept, as inheritable and ambient
@@ -139,6 +145,7 @@ cli_ipx=""
 cli_http=""
 cli_mode=""
 cli_fast=""
+cli_ipx_ports=""
 parse_args() {
     shift # "run"
     while [ $# -gt 0 ]; do
@@ -153,6 +160,7 @@ parse_args() {
             --source-mode=*) cli_mode=${1#*=} ;;
             --fast-path) cli_fast=${2:-} ;;
             --fast-path=*) cli_fast=${1#*=} ;;
+            --ipx-iface | --ipx-iface=*) cli_ipx_ports=yes ;;
         esac
         shift
     done
@@ -176,6 +184,29 @@ yaml_get() {
             exit
         }' "$config"
 }
+# yaml_has_items SECTION KEY: whether SECTION.KEY in the config file is a list with at least
+# one item (a flow list other than [], or block items "- ..." under the key).
+yaml_has_items() {
+    [ -n "$config" ] && [ -r "$config" ] || return 1
+    awk -v sec="$1" -v key="$2" '
+        /^[ \t]*(#.*)?$/ { next }
+        /^[^ \t#][^:]*:/ { cur = $0; sub(/[ \t]*:.*/, "", cur); inkey = 0; next }
+        cur == sec && $0 ~ ("^[ \t]+" key "[ \t]*:") {
+            v = $0
+            sub(/^[^:]*:[ \t]*/, "", v)
+            sub(/[ \t]+#.*$/, "", v)
+            gsub(/[ \t]/, "", v)
+            if (v == "") { inkey = 1; match($0, /^[ \t]+/); depth = RLENGTH; next }
+            found = (v != "[]" && v != "null" && v != "~")
+            exit
+        }
+        inkey {
+            match($0, /^[ \t]*/)
+            if ($0 ~ /^[ \t]*-/ && RLENGTH >= depth) { found = 1; exit }
+            if (RLENGTH <= depth) inkey = 0
+        }
+        END { exit !found }' "$config"
+}
 unquote() { printf '%s' "$1" | sed -e 's/^[[:space:]]*["'\'']\{0,1\}//' -e 's/["'\'']\{0,1\}[[:space:]]*$//'; }
 setting() { # setting CLI_VALUE ENV_VALUE SECTION KEY DEFAULT
     if [ -n "$1" ]; then
@@ -191,6 +222,18 @@ ipx_listen=$(setting "$cli_ipx" "${IPXBRIDGE_IPX__LISTEN:-}" ipx listen "0.0.0.0
 http_listen=$(setting "$cli_http" "${IPXBRIDGE_HTTP__LISTEN:-}" http listen 127.0.0.1:9213)
 source_mode=$(setting "$cli_mode" "${IPXBRIDGE_RELAY__SOURCE_MODE:-}" relay source_mode auto)
 fast_path=$(setting "$cli_fast" "${IPXBRIDGE_RELAY__FAST_PATH:-}" relay fast_path auto)
+# IPX interface ports (ipx.interfaces): flags replace the environment, which replaces the file.
+ipx_ports=""
+if [ -n "$cli_ipx_ports" ]; then
+    ipx_ports=yes
+elif [ -n "${IPXBRIDGE_IPX__INTERFACES+set}" ]; then
+    case $(printf '%s' "$IPXBRIDGE_IPX__INTERFACES" | tr -d ' \t') in
+        '' | '[]' | null | '~') ;;
+        *) ipx_ports=yes ;;
+    esac
+elif yaml_has_items ipx interfaces; then
+    ipx_ports=yes
+fi
 
 port_of() { # the port of ADDR[:PORT], nothing for "off"
     case $1 in
@@ -238,7 +281,7 @@ if [ -n "$bind_why" ]; then
 fi
 case $source_mode in
     preserve) require "$CAP_NET_RAW" NET_RAW "relay source mode preserve" ;;
-    rewrite) ;;
+    rewrite) if [ -n "$ipx_ports" ]; then want "$CAP_NET_RAW" NET_RAW; fi ;;
     *) want "$CAP_NET_RAW" NET_RAW ;;
 esac
 case $fast_path in

@@ -39,8 +39,17 @@ from pathlib import Path
 
 import pytest
 
+from ipxbridge.wire import ipx
 from tests.integration.conftest import require
-from tests.integration.harness import ROOT, BridgeProcess, Client, Netns, inside, sh
+from tests.integration.harness import (
+    ROOT,
+    BridgeProcess,
+    Client,
+    Netns,
+    bridge_get,
+    inside,
+    sh,
+)
 
 ENTRYPOINT = ROOT / "deploy" / "docker" / "entrypoint.sh"
 HEALTHCHECK = ROOT / "deploy" / "docker" / "healthcheck.py"
@@ -292,6 +301,82 @@ def test_bridge_runs_as_10001_with_only_its_capabilities_and_relays(
     assert "Traceback" not in bridge.log()
 
 
+def promiscuity(ns: str, dev: str) -> int:
+    out = subprocess.run(
+        ["ip", "-n", ns, "-d", "link", "show", dev],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    ).stdout
+    return int(out.split("promiscuity ", 1)[1].split()[0])
+
+
+@pytest.mark.netns
+def test_native_ipx_port_opens_as_10001_with_net_raw_alone(
+    net: Netns, launcher: Launcher, workdir: Path
+) -> None:
+    """Least privilege for issue 13: an ethernet port needs NET_RAW, and nothing more.
+
+    In rewrite mode the relay needs no raw socket, but the IPX interface port keeps NET_RAW
+    (an AF_PACKET socket). Promiscuous mode comes with the socket's membership
+    (PACKET_ADD_MEMBERSHIP, no NET_ADMIN) and goes when the bridge stops.
+    """
+    box, st = net.add("box"), net.add("st")
+    net.link(box, "seg0", "10.72.1.1/24", st, "eth0", "10.72.1.20/24")
+    assert promiscuity(box, "seg0") == 0
+    args = ("run", "--source-mode", "rewrite", "--ipx-iface", "seg0:ethernet")
+    bridge = EntrypointBridge(
+        launcher.argv(box, COMPOSE_CAPS, args),
+        launcher.env("ipxbridge"),
+        workdir,
+        ready=r"IPX interface ports: seg0/ethernet \(",
+    )
+    try:
+        st_fields = status_fields(Path(f"/proc/{bridge.proc.pid}/status").read_text())
+        assert st_fields["Uid"].split() == [str(RUN_UID)] * 4
+        wanted = mask(CAP_NET_BIND_SERVICE, CAP_NET_RAW)
+        for key in ("CapEff", "CapAmb"):
+            assert int(st_fields[key], 16) == wanted, (key, st_fields[key])
+        assert promiscuity(box, "seg0") == 1
+        # A native station's Ethernet II broadcast (protocols.md 3.1) reaches the port: the
+        # only port, so it is dropped there (no_destination), and counted.
+        packet = ipx.build_packet(
+            dst_node=ipx.BROADCAST_NODE,
+            dst_socket=0x4545,
+            src_node=bytes.fromhex("00a0c9123456"),
+            src_socket=0x4545,
+            payload=b"native hello",
+        )
+        frame = b"\xff" * 6 + bytes.fromhex("00a0c9123456") + b"\x81\x37" + packet
+        with inside(st):
+            raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        metric = 'ipxbridge_ipx_port_received_packets_total{interface="seg0",kind="ethernet"}'
+        seen = ""
+        with raw:
+            raw.bind(("eth0", 0))
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                raw.send(frame.ljust(60, b"\0"))  # padded to the 60-byte minimum frame
+                time.sleep(0.2)
+                seen = next(
+                    (m for m in bridge_get(box, "/metrics").splitlines() if m.startswith(metric)),
+                    "",
+                )
+                if seen and float(seen.split()[-1]) >= 1:
+                    break
+        assert seen, bridge_get(box, "/metrics")
+        assert float(seen.split()[-1]) >= 1, seen
+    finally:
+        code = bridge.stop()
+    assert code == 0, bridge.log()
+    assert "NOT open" not in bridge.log()
+    assert promiscuity(box, "seg0") == 0  # given back with the socket
+    summary = bridge.summary()
+    assert summary["received"] >= 1, bridge.log()
+    assert "Traceback" not in bridge.log()
+
+
 @pytest.mark.netns
 def test_sigterm_stops_the_bridge_cleanly_as_pid_1(
     net: Netns, launcher: Launcher, workdir: Path
@@ -515,6 +600,45 @@ def test_optional_capabilities_follow_the_mode(launcher: Launcher, ns: str) -> N
     bare = entry(launcher, ns, ("net_bind_service", "setuid", "setgid"), "run")
     assert bare.code == 0, bare
     assert bare.cap("CapAmb") == mask(CAP_NET_BIND_SERVICE)
+
+
+@pytest.mark.netns
+def test_ipx_interface_ports_keep_net_raw_in_rewrite_mode(launcher: Launcher, ns: str) -> None:
+    """Native IPX ports open an AF_PACKET socket: NET_RAW is kept when IPX interface ports
+    are configured (flag, environment or file), even where the relay needs no raw socket."""
+    rewrite = ("--source-mode", "rewrite")
+    with_raw = mask(CAP_NET_BIND_SERVICE, CAP_NET_RAW)
+    without = mask(CAP_NET_BIND_SERVICE)
+    flag = entry(launcher, ns, COMPOSE_CAPS, "run", *rewrite, "--ipx-iface", "eth1:ethernet")
+    assert flag.cap("CapAmb") == with_raw
+    assert (
+        entry(launcher, ns, COMPOSE_CAPS, "run", *rewrite, "--ipx-iface=eth1").cap("CapAmb")
+        == with_raw
+    )
+    env = {"IPXBRIDGE_IPX__INTERFACES": "[{name: eth1, kinds: [ethernet]}]"}
+    assert entry(launcher, ns, COMPOSE_CAPS, "run", *rewrite, env=env).cap("CapAmb") == with_raw
+    none = {"IPXBRIDGE_IPX__INTERFACES": " [ ] "}
+    assert entry(launcher, ns, COMPOSE_CAPS, "run", *rewrite, env=none).cap("CapAmb") == without
+    files = {
+        "block.yaml": ("ipx:\n  interfaces:\n    # native DOS PCs\n    - name: eth1\n", with_raw),
+        "flow.yaml": ("ipx:\n  interfaces: [{name: eth1}]\n", with_raw),
+        "empty.yaml": ("ipx:\n  interfaces: []\nrelay:\n  interfaces:\n    - name: eth1\n",
+                       without),
+        "relay_only.yaml": ("relay:\n  interfaces:\n    - name: eth1\nipx:\n  rejoin: true\n",
+                            without),
+    }  # fmt: skip
+    for name, (text, wanted) in files.items():
+        cfg = launcher.scratch / name
+        cfg.write_text(text)
+        cfg.chmod(0o644)
+        got = entry(launcher, ns, COMPOSE_CAPS, "run", *rewrite, "--config", str(cfg))
+        assert got.code == 0, (name, got)
+        assert got.cap("CapAmb") == wanted, name
+    # Not required: without NET_RAW the bridge starts, and says which port stays closed.
+    bare = entry(launcher, ns, ("net_bind_service", "setuid", "setgid"), "run", "--ipx-iface",
+                 "eth1")  # fmt: skip
+    assert bare.code == 0, bare
+    assert bare.cap("CapAmb") == without
 
 
 @pytest.mark.netns

@@ -452,5 +452,7 @@ def test_systemd_unit_settings() -> None:
         assert s[key] == ["yes"], key
     assert s["ProtectSystem"] == ["strict"]
     assert s["SystemCallArchitectures"] == ["native"]
-    assert set(s["RestrictAddressFamilies"][0].split()) == {"AF_INET", "AF_NETLINK", "AF_UNIX"}
+    assert set(s["RestrictAddressFamilies"][0].split()) == {
+        "AF_INET", "AF_NETLINK", "AF_UNIX", "AF_PACKET",  # AF_PACKET: IPX ethernet ports
+    }  # fmt: skip
     assert "ProcSubset" not in s  # the bridge reads /proc/sys/net/ipv4/ip_forward
