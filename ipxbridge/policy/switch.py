@@ -42,8 +42,9 @@ Rules, in the order they are applied:
 4. Pings to socket 2 and packets addressed to the bridge's own node are answered or consumed
    locally; broadcast pings are also forwarded so every other client answers.
 5. Sockets of the configured filter (file sharing and management) are never relayed.
-6. Loop copies are suppressed (``dedup.DuplicateFilter``); the hop count is incremented on
-   every forward. A packet from an RFC 1234 peer reaching 16 is discarded (``hop_limit``, the
+6. Loop copies are suppressed (``dedup.DuplicateFilter``); a node behind a peer or segment
+   is learned from the first copy only, never from a loop copy. The hop count is incremented
+   on every forward. A packet from an RFC 1234 peer reaching 16 is discarded (``hop_limit``, the
    IPX routing rule that ends loops between bridges). A DOSBox-protocol client's hop byte is
    taken as 0: DOSBox never writes it, so it holds whatever the DOS program left there, and a
    program answering from its receive buffer sends back the count it received (protocols.md
@@ -616,9 +617,8 @@ class IpxSwitch:
             return _drop("loop")
         if header.dst_node == self.bridge_id:
             return Decision(Outcome.CONTROL, "to_bridge", header=header)
-        self._learn(node, segment, now)
         hops_in = 0 if segment.kind is PortKind.IPXWRAPPER else header.hops  # no hop field
-        return self._forward(header, data, segment, now, (), hops_in=hops_in, via=via)
+        return self._forward(header, data, segment, now, (), hops_in=hops_in, via=via, learn=True)
 
     def _learn(self, node: bytes, port: Port, now: float) -> None:
         if node in (BROADCAST_NODE, ZERO_NODE) or node in self._static_nodes:
@@ -695,8 +695,7 @@ class IpxSwitch:
             return _drop("loop")
         if self.segments and header.dst_node == self.bridge_id:
             return Decision(Outcome.CONTROL, "to_bridge", header=header)
-        self._learn(node, src, now)
-        return self._forward(header, data, src, now, (), hops_in=header.hops)
+        return self._forward(header, data, src, now, (), hops_in=header.hops, learn=True)
 
     def _lookup(self, node: bytes, now: float) -> Port | None:
         client = self._client_by_node.get(node)
@@ -720,14 +719,22 @@ class IpxSwitch:
         *,
         hops_in: int,
         via: object = None,
+        learn: bool = False,
     ) -> Decision:
         filtered = self.settings.filtered_sockets
         if header.dst_socket in filtered or header.src_socket in filtered:
+            if learn:  # never relayed, so no other copy of it comes round
+                self._learn(header.src_node, ingress, now)
             return Decision(Outcome.DROPPED, "filtered_socket", replies=replies)
         # Identity without checksum, length-independent of hop count: bytes 5.. of the packet.
         # Python's bytes hash is keyed SipHash, so collisions cannot be crafted remotely.
         if self._dedup.is_duplicate(hash(data[5:]), ingress if via is None else via, now):
+            # A node stays where its packet's first copy came from: two bridges on one
+            # segment each get the other's copy last and would learn the node behind each
+            # other, dropping every unicast to it as destination_on_ingress.
             return Decision(Outcome.DROPPED, "duplicate", replies=replies)
+        if learn:
+            self._learn(header.src_node, ingress, now)
         hops = hops_in + 1
         if hops >= MAX_HOPS:
             return Decision(Outcome.DROPPED, "hop_limit", replies=replies)
