@@ -380,10 +380,17 @@ class IpxSwitch:
         self._rebuild_ports()
 
     def remove_segment(self, segment: Segment) -> None:
-        """Detach an interface port (it vanished, or the configuration dropped it)."""
+        """Detach an interface port (it vanished, or the configuration dropped it).
+
+        The bridges heard there are remembered until their beacons expire (rule 8): an
+        interface deleted and re-created under its name is back on the same segment, and a
+        bridge that forgot its neighbour there would put the neighbour's packets on the
+        segment too until the next beacon; they can then go round bridge, segment, peer up
+        to the hop limit, back to their sender too (a copy that comes back through the port
+        its first copy came in on is no duplicate, rule 6).
+        """
         if self.segments.pop(segment, 0) is not None:
             return
-        self._bridges_on.pop(segment, None)
         self._forget_learned(segment)
         self._rebuild_ports()
 
@@ -863,7 +870,7 @@ class IpxSwitch:
 
         Only a bridge with segments announces itself: the rule is about segments.
         """
-        if not self.segments or now < self._next_beacon:
+        if now < self._next_beacon:
             return []
         self._next_beacon = now + BEACON_INTERVAL
         for seen in self._bridges_on.values():
@@ -871,6 +878,8 @@ class IpxSwitch:
                 if now - at >= BEACON_TTL:
                     del seen[bridge]
                     self._topology_changed()
+        if not self.segments:
+            return []
         peers = tuple(self._peer_identity(a) for a in self.peers)[:MAX_BEACON_PEERS]
         out: list[tuple[bytes, Port]] = [
             (build_beacon(self.bridge_id, peers=peers), segment) for segment in self.segments
@@ -882,6 +891,8 @@ class IpxSwitch:
 
     def bridges_on(self, segment: Segment) -> tuple[bytes, ...]:
         """The other bridges heard on ``segment`` within ``BEACON_TTL`` (rule 8)."""
+        if segment not in self.segments:
+            return ()  # remembered while it is detached (``remove_segment``), not on it now
         return tuple(self._bridges_on.get(segment, {}))
 
     def learned_segment_nodes(self) -> list[tuple[bytes, Segment, float]]:
