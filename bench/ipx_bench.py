@@ -3,8 +3,9 @@
 
 Usage (as root)::
 
-    python3 bench/ipx_bench.py                 # 3 interleaved rounds, both servers
+    python3 bench/ipx_bench.py                 # 3 interleaved rounds, both servers, mixed ports
     python3 bench/ipx_bench.py --rounds 1 --skip-baseline --json /tmp/ipx_bench.json
+    python3 bench/ipx_bench.py --rounds 1 --skip-baseline --rates 250   # the quickest full table
 
 What it does:
 
@@ -15,7 +16,22 @@ What it does:
   ``_client`` inside the same namespace, pinned to CPU 0, printing one JSON line;
 * scenarios: unicast round trip (client 0 -> client 1 -> client 0) and broadcast fan-out
   (every client broadcasts at RATE per second for SECS, all clients count what arrives);
-* rounds alternate the server order (A B, B A, ...) so drifts hit both servers alike.
+* before anything is counted every station sends one probe broadcast (as a game's stations
+  announce themselves), and on ipxbridge the broadcast runs wait (about a second) until each
+  client has answered the bridge's first keepalive: until then the bridge sends a new client
+  only a small budget (its anti-reflection rule), and the bench measures a game in progress.
+  What the bridge still held back or the kernel refused is read from its /metrics and printed;
+* rounds alternate the server order (A B, B A, ...) so drifts hit both servers alike;
+* mixed ports (issue 13; ``--no-mixed`` leaves them out): in every round, after the DOSBox-only
+  scenarios, ipxbridge alone runs with half the stations DOSBox-protocol clients and half
+  native IPX stations (``--clients 16``: 8 + 8) at ``--mixed-rate`` broadcasts/s each, and a
+  unicast round trip native station -> DOSBox client -> native station. The native stations
+  are AF_PACKET sockets on veths plugged into a Linux bridge (a switch) in the namespace
+  ``NETNS_seg``, whose uplink ``seg0`` is in the bridge's namespace; the bridge runs with
+  ``--ipx-iface seg0:ethernet`` (framing ``auto``, so it learns the stations' ``--framing``).
+  The DOSBox-only runs start the bridge without that port, as before. A Markdown table sets
+  delivered / expected, the RTT median and the bridge's CPU seconds of both side by side;
+  ``NETNS_seg`` is deleted on exit with ``NETNS``.
 
 DOSBox 0.74's ``ipxnet startserver`` connects DOSBox's own IPX client to its server, which
 takes one of the 16 slots: only 15 synthetic clients fit. In broadcast scenarios DOSBox is
@@ -38,13 +54,19 @@ from typing import Final
 
 from benchlib import BenchError
 from benchlib.ipxload.client import MIN_SIZE, RTT_WARMUP, ClientSpec, JsonDict, client_main
+from benchlib.ipxload.native import DEFAULT_FRAMING, FRAMINGS, SEGMENT_IF, build_segment
 from benchlib.ipxload.report import (
     Scenario,
     build_scenarios,
     check_targets,
     clients_for,
     describe_run,
+    mixed_comparison,
+    mixed_split,
+    natives_for,
+    render_mixed,
     render_table,
+    servers_for,
     summarise,
 )
 from benchlib.ipxload.servers import (
@@ -84,6 +106,24 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--size", type=int, default=64, help="IPX payload bytes (64)")
     parser.add_argument("--skip-baseline", action="store_true", help="do not run DOSBox")
     parser.add_argument(
+        "--mixed",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run ipxbridge with half the stations native IPX on an Ethernet segment (on)",
+    )
+    parser.add_argument(
+        "--mixed-rate",
+        type=float,
+        default=250.0,
+        help="broadcasts per second per station of the mixed run (250)",
+    )
+    parser.add_argument(
+        "--framing",
+        choices=FRAMINGS,
+        default=DEFAULT_FRAMING,
+        help=f"the native stations' frame type ({DEFAULT_FRAMING})",
+    )
+    parser.add_argument(
         "--bridge-cmd",
         default=(
             f"{shlex.quote(sys.executable)} -m ipxbridge run "
@@ -97,11 +137,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.clients < 2 or args.secs <= 0 or args.rtt_count < 1:
         parser.error("need --rounds >= 1, --clients >= 2, --secs > 0, --rtt-count >= 1")
-    if any(rate <= 0 for rate in args.rates):
-        parser.error("--rates must be positive")
+    if any(rate <= 0 for rate in args.rates) or args.mixed_rate <= 0:
+        parser.error("--rates and --mixed-rate must be positive")
     if args.size < MIN_SIZE or args.size + ipx.HEADER_LEN > 1400:
         parser.error(f"--size must be between {MIN_SIZE} and {1400 - ipx.HEADER_LEN}")
     return args
+
+
+def segment_ns(args: argparse.Namespace) -> str:
+    """The namespace of the mixed runs' Ethernet segment (the switch and the stations)."""
+    return f"{args.netns}_seg"
 
 
 def loadavg() -> float:
@@ -121,6 +166,8 @@ def run_rounds(
             for kind in order:
                 if kind == "dosbox" and not bench.dosbox_ok:
                     continue
+                if kind not in servers_for(scenario):
+                    continue
                 spec = ClientSpec(
                     scenario.kind,
                     args.port,
@@ -130,6 +177,9 @@ def run_rounds(
                     args.rtt_count,
                     args.size,
                     0,
+                    native=natives_for(scenario, args.clients),
+                    native_ns=segment_ns(args),
+                    framing=args.framing,
                 )
                 result = bench.run_once(kind, spec, f"r{round_no}-{scenario.name}-{kind}")
                 run: JsonDict = {"round": round_no, "scenario": scenario.name, "server": kind}
@@ -159,7 +209,7 @@ def make_report(
 ) -> JsonDict:
     """The whole result: configuration, medians, targets and every run."""
     summary = summarise(runs, scenarios)
-    return {
+    report: JsonDict = {
         "config": {
             "rounds": args.rounds,
             "clients": args.clients,
@@ -174,6 +224,10 @@ def make_report(
             "server_cpu": SERVER_CPU,
             "client_cpu": CLIENT_CPU,
             "dosbox_clients_max": DOSBOX_FREE_SLOTS,
+            "mixed": args.mixed,
+            "mixed_rate": args.mixed_rate if args.mixed else None,
+            "mixed_split": list(mixed_split(args.clients)) if args.mixed else None,
+            "framing": args.framing if args.mixed else None,
         },
         "elapsed_s": round(time.time() - started, 1),
         "loadavg_1min": {"start": load_start, "end": loadavg()},
@@ -181,18 +235,32 @@ def make_report(
         "targets": check_targets(summary, args.clients, args.secs),
         "runs": runs,
     }
+    if args.mixed:
+        report["mixed"] = mixed_comparison(
+            runs, summary, args.clients, args.mixed_rate, args.framing
+        )
+    return report
 
 
 def print_report(report: JsonDict, scenarios: Sequence[Scenario]) -> None:
-    """The table, one line per target, then the JSON."""
+    """The tables, one line per target, the load, then the JSON."""
     print()
     print(render_table(report["summary"], scenarios))
     print()
+    if "mixed" in report:
+        config = report["config"]
+        print(render_mixed(report["mixed"], config["rounds"], config["secs"]))
+        print()
     for name, target in report["targets"].items():
         print(
             f"target {name}: value {target['value' if 'value' in target else 'value_us']} "
             f"-> {'PASS' if target['pass'] else 'FAIL' if target['pass'] is False else 'n/a'}"
         )
+    load = report["loadavg_1min"]
+    print(
+        f"load average (1 min) {load['start']:.2f} at the start, {load['end']:.2f} at the end "
+        f"(the bench adds about 1; more means other work shared the 2 cores)"
+    )
     print(json.dumps(report))
 
 
@@ -203,11 +271,11 @@ def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     exit_on_signals()
     try:
-        baseline = preflight(args.skip_baseline)
+        baseline = preflight(args.skip_baseline, mixed=args.mixed)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    scenarios = build_scenarios(args.rates, args.clients)
+    scenarios = build_scenarios(args.rates, args.clients, args.mixed_rate if args.mixed else None)
     if baseline and args.clients > DOSBOX_FREE_SLOTS:
         print(
             f"note: DOSBox's server has {DOSBOX_SLOTS} slots and its own client takes one: "
@@ -222,10 +290,22 @@ def main(argv: Sequence[str]) -> int:
         )
     workdir = Path(tempfile.mkdtemp(prefix="ipxb_bench_"))
     script = Path(__file__).resolve()
-    bench = Bench(args.netns, args.port, args.bridge_cmd, workdir, script, dosbox_ok=baseline)
+    bench = Bench(
+        args.netns,
+        args.port,
+        args.bridge_cmd,
+        workdir,
+        script,
+        dosbox_ok=baseline,
+        segment_if=SEGMENT_IF if args.mixed else None,
+    )
     started = time.time()
+    made = (args.netns, segment_ns(args)) if args.mixed else (args.netns,)
     try:
-        with namespaces(args.netns):
+        # Every namespace made here is deleted on the way out: an error, Ctrl-C, SIGTERM/HUP.
+        with namespaces(*made):
+            if args.mixed:
+                build_segment(args.netns, segment_ns(args), mixed_split(args.clients)[1])
             runs = run_rounds(args, bench, scenarios)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -3,6 +3,10 @@
 It runs inside the bench's namespace as ``ipx_bench.py _client --spec JSON`` (pinned to its own
 CPU by the orchestrator) and prints exactly one JSON line: unicast round trips between two
 clients, or every client broadcasting at a rate while all of them count what arrives.
+
+With ``native`` > 0 (mixed ports) native IPX stations on an Ethernet segment (``native``
+module) take part too: the round trip is then native station -> DOSBox client -> native
+station, and the broadcasters are the DOSBox clients and the native stations together.
 """
 
 import argparse
@@ -15,10 +19,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from benchlib import BenchError
-from benchlib.metrics import kernel_counters
+from benchlib.ipxload.native import DEFAULT_FRAMING, NativeStation
+from benchlib.metrics import kernel_counters, scrape
 from benchlib.procstat import cpu_seconds
 from benchlib.sockets import set_buffer
 from ipxbridge.wire import ipx
@@ -30,11 +35,14 @@ HOST: Final = "127.0.0.1"
 
 RTT_SOCKET: Final = 0x4545
 BCAST_SOCKET: Final = 0x869B
+PROBE_SOCKET: Final = 0x4546  # mixed ports: "is the bridge's Ethernet port up" probes
+_PROBE_SOCKET_BYTES: Final = PROBE_SOCKET.to_bytes(2, "big")
 _RTT_SOCKET_BYTES: Final = RTT_SOCKET.to_bytes(2, "big")
 _BCAST_SOCKET_BYTES: Final = BCAST_SOCKET.to_bytes(2, "big")
 _ECHO_SOCKET_BYTES: Final = ipx.SOCKET_ECHO.to_bytes(2, "big")
 _DST_SOCKET: Final = slice(16, 18)  # destination socket inside the 30-byte IPX header
 _DST_NODE: Final = slice(10, 16)
+_SRC_NODE: Final = slice(22, 28)
 _BCAST_ID: Final = struct.Struct("!HI")  # sender index, sequence number
 _RTT_ID: Final = struct.Struct("!I")  # sequence number
 MIN_SIZE: Final = _BCAST_ID.size
@@ -52,6 +60,8 @@ RTT_BUDGET_PER_EXCHANGE: Final = 0.01  # seconds; total RTT time bound = 5 s + t
 SEND_GRACE: Final = 1.0  # a late generator may spend this much past SECS, then stops
 DRAIN_SECONDS: Final = 1.0
 SOCKET_BUFFER: Final = 4 << 20
+PROBE_INTERVAL: Final = 0.05  # seconds between readiness probes
+MAX_DRAIN: Final = 100_000  # datagrams read at most when emptying the sockets after the probes
 
 
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:
@@ -94,12 +104,48 @@ class ClientSpec:
     rtt_count: int
     size: int
     server_pid: int
+    native: int = 0  # native stations (mixed ports); ``clients`` counts the DOSBox clients
+    native_ns: str = ""  # the segment's namespace
+    framing: str = DEFAULT_FRAMING
+    # > 0: wait up to this long for the server's first keepalive to every DOSBox-protocol
+    # client and answer it (ipxbridge verifies a client by that answer: warm_up).
+    keepalive_wait: float = 0.0
+
+
+class Endpoint(Protocol):
+    """What the measurements need of a station, DOSBox-protocol client or native station."""
+
+    @property
+    def sock(self) -> socket.socket:
+        """Its socket."""
+
+    @property
+    def node(self) -> bytes:
+        """Its IPX node."""
+
+    @property
+    def port(self) -> int:
+        """Its UDP port (-1 for a native station)."""
+
+    @property
+    def kind(self) -> str:
+        """``dosbox`` or ``native``."""
+
+    def frame_parts(self, dst_node: bytes, ipx_len: int) -> tuple[bytes, bytes]:
+        """What goes before and after an IPX packet it sends to ``dst_node``."""
+
+    def recv_ipx(self) -> bytes | None:
+        """One read: an IPX packet for it, or None (socket errors propagate)."""
+
+    def answer_if_ping(self, data: bytes) -> bool:
+        """Answer a DOSBox keepalive; True if ``data`` was one."""
 
 
 class Station:
     """One synthetic DOSBox-protocol client: a connected UDP socket and its assigned node."""
 
-    __slots__ = ("node", "port", "sock")
+    kind = "dosbox"
+    __slots__ = ("node", "pings_answered", "port", "sock")
 
     def __init__(self, server: tuple[str, int]) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -108,6 +154,15 @@ class Station:
         self.sock = sock
         self.port: int = sock.getsockname()[1]
         self.node = ipx.ZERO_NODE
+        self.pings_answered = 0
+
+    def frame_parts(self, _dst_node: bytes, _ipx_len: int) -> tuple[bytes, bytes]:
+        """The UDP payload is the bare IPX packet (protocols.md section 4.1)."""
+        return b"", b""
+
+    def recv_ipx(self) -> bytes:
+        """One datagram (socket errors propagate)."""
+        return self.sock.recv(ipx.MAX_DATAGRAM)
 
     def answer_if_ping(self, data: bytes) -> bool:
         """Reply to a keepalive/broadcast ping as a DOSBox client would; True if it was one."""
@@ -119,6 +174,7 @@ class Station:
             return False
         with contextlib.suppress(OSError):
             self.sock.send(ipx.build_ping_reply(header.src_node, self.node))
+        self.pings_answered += 1
         return True
 
 
@@ -192,7 +248,7 @@ def register_all(port: int, count: int) -> tuple[list[Station], int]:
     return stations, resent
 
 
-def _wait_for(station: Station, accept: Callable[[bytes], bool], deadline_ns: int) -> bool:
+def _wait_for(station: Endpoint, accept: Callable[[bytes], bool], deadline_ns: int) -> bool:
     """Read from a blocking station until ``accept`` says yes, a timeout, or too much noise."""
     sock = station.sock
     for _ in range(MAX_STRAY):
@@ -201,9 +257,11 @@ def _wait_for(station: Station, accept: Callable[[bytes], bool], deadline_ns: in
             return False
         sock.settimeout(left)
         try:
-            data = sock.recv(ipx.MAX_DATAGRAM)
+            data = station.recv_ipx()
         except (TimeoutError, ConnectionRefusedError):
             return False
+        if data is None:
+            continue  # a frame the native station's card or stack would not take
         if accept(data):
             return True
         station.answer_if_ping(data)
@@ -218,12 +276,23 @@ def _header(dst_node: bytes, src_node: bytes, sock: int, size: int) -> bytes:
     return packet[: ipx.HEADER_LEN]
 
 
-def measure_rtt(stations: Sequence[Station], spec: ClientSpec) -> JsonDict:
-    """Unicast ping-pong between stations 0 and 1; percentiles in microseconds."""
-    pinger, echoer = stations[0], stations[1]
+def _wire_bytes(station: Endpoint, dst_node: bytes, sock: int, payload: bytes) -> bytes:
+    """What ``station`` writes to its socket for an IPX packet to ``dst_node`` on ``sock``."""
+    packet = ipx.build_packet(
+        dst_node=dst_node, dst_socket=sock, src_node=station.node, src_socket=sock, payload=payload
+    )
+    head, tail = station.frame_parts(dst_node, len(packet))
+    return head + packet + tail
+
+
+def measure_rtt(pinger: Endpoint, echoer: Endpoint, spec: ClientSpec) -> JsonDict:
+    """Unicast ping-pong, pinger -> echoer -> pinger; percentiles in microseconds."""
     pad = bytes(spec.size - _RTT_ID.size)
-    to_echoer = _header(echoer.node, pinger.node, RTT_SOCKET, spec.size)
-    to_pinger = _header(pinger.node, echoer.node, RTT_SOCKET, spec.size)
+    ipx_len = ipx.HEADER_LEN + spec.size
+    ping_head, ping_tail = pinger.frame_parts(echoer.node, ipx_len)
+    echo_head, echo_tail = echoer.frame_parts(pinger.node, ipx_len)
+    to_echoer = ping_head + _header(echoer.node, pinger.node, RTT_SOCKET, spec.size)
+    to_pinger = echo_head + _header(pinger.node, echoer.node, RTT_SOCKET, spec.size)
     timeout_ns = int(RTT_TIMEOUT * 1e9)
     total = RTT_WARMUP + spec.rtt_count
     budget_end = time.perf_counter_ns() + int((5.0 + RTT_BUDGET_PER_EXCHANGE * total) * 1e9)
@@ -231,7 +300,7 @@ def measure_rtt(stations: Sequence[Station], spec: ClientSpec) -> JsonDict:
     def echo(data: bytes) -> bool:
         if data[_DST_SOCKET] != _RTT_SOCKET_BYTES:
             return False
-        echoer.sock.send(to_pinger + data[ipx.HEADER_LEN :])
+        echoer.sock.send(to_pinger + data[ipx.HEADER_LEN :] + echo_tail)
         return True
 
     samples: list[int] = []
@@ -244,7 +313,7 @@ def measure_rtt(stations: Sequence[Station], spec: ClientSpec) -> JsonDict:
             break
         attempted += 1
         seq_bytes = _RTT_ID.pack(seq)
-        packet = to_echoer + seq_bytes + pad
+        packet = to_echoer + seq_bytes + pad + ping_tail
 
         def is_answer(data: bytes, seq_bytes: bytes = seq_bytes) -> bool:
             return (
@@ -283,7 +352,7 @@ def measure_rtt(stations: Sequence[Station], spec: ClientSpec) -> JsonDict:
 class BroadcastReceiver:
     """Counts distinct benchmark broadcasts per receiving station."""
 
-    def __init__(self, stations: Sequence[Station]) -> None:
+    def __init__(self, stations: Sequence[Endpoint]) -> None:
         self.stations = stations
         self.seen: list[set[int]] = [set() for _ in stations]
         self.delivered = 0
@@ -293,19 +362,21 @@ class BroadcastReceiver:
         self.recv_errors = 0
 
     def drain(self, index: int) -> None:
-        """Read up to ``RECV_BURST`` datagrams from one non-blocking station."""
+        """Read up to ``RECV_BURST`` datagrams (or frames) from one non-blocking station."""
         station = self.stations[index]
-        sock = station.sock
+        recv = station.recv_ipx
         seen = self.seen[index]
         unpack = _BCAST_ID.unpack_from
         for _ in range(RECV_BURST):
             try:
-                data = sock.recv(ipx.MAX_DATAGRAM)
+                data = recv()
             except BlockingIOError:
                 return
             except OSError:
                 self.recv_errors += 1
                 return
+            if data is None:
+                continue  # not for this native station (counted by the station)
             if len(data) >= ipx.HEADER_LEN + MIN_SIZE and data[_DST_SOCKET] == _BCAST_SOCKET_BYTES:
                 sender, seq = unpack(data, ipx.HEADER_LEN)
                 if sender == index:
@@ -321,14 +392,47 @@ class BroadcastReceiver:
                 self.other += 1
 
 
-def measure_bcast(stations: Sequence[Station], spec: ClientSpec) -> JsonDict:
+def direction_books(
+    stations: Sequence[Endpoint], sent_by: Sequence[int], seen: Sequence[set[int]]
+) -> JsonDict:
+    """Delivered and expected copies per direction (``dosbox->native``...), from what each
+    station sent and the broadcasts each one counted."""
+    kinds = [station.kind for station in stations]
+    population = {kind: kinds.count(kind) for kind in set(kinds)}
+    books: dict[str, dict[str, int]] = {}
+    for sender, count in enumerate(sent_by):
+        for kind, members in population.items():
+            receivers = members - (kinds[sender] == kind)
+            entry = books.setdefault(f"{kinds[sender]}->{kind}", {"delivered": 0, "expected": 0})
+            entry["expected"] += count * receivers
+    for receiver, keys in enumerate(seen):
+        for key in keys:
+            sender = key >> 32
+            if sender < len(kinds):
+                books[f"{kinds[sender]}->{kinds[receiver]}"]["delivered"] += 1
+    out: JsonDict = {}
+    for name in sorted(books):
+        entry = books[name]
+        ratio = entry["delivered"] / entry["expected"] if entry["expected"] else None
+        out[name] = {**entry, "ratio": None if ratio is None else round(ratio, 5)}
+    return out
+
+
+def measure_bcast(stations: Sequence[Endpoint], spec: ClientSpec) -> JsonDict:
     """Every station broadcasts at ``spec.rate`` per second, staggered; count deliveries."""
     count = len(stations)
     per_station = max(1, round(spec.rate * spec.secs))
     planned = per_station * count
     interval_ns = 1e9 / (spec.rate * count)
     pad = bytes(spec.size - _BCAST_ID.size)
-    headers = [_header(ipx.BROADCAST_NODE, s.node, BCAST_SOCKET, spec.size) for s in stations]
+    ipx_len = ipx.HEADER_LEN + spec.size
+    parts = [s.frame_parts(ipx.BROADCAST_NODE, ipx_len) for s in stations]
+    headers = [
+        head + _header(ipx.BROADCAST_NODE, s.node, BCAST_SOCKET, spec.size)
+        for s, (head, _) in zip(stations, parts, strict=True)
+    ]
+    trailers = [pad + tail for _, tail in parts]
+    natives = [s for s in stations if isinstance(s, NativeStation)]
     socks = [s.sock for s in stations]
     receiver = BroadcastReceiver(stations)
     by_fd: dict[int, int] = {}
@@ -339,7 +443,12 @@ def measure_bcast(stations: Sequence[Station], spec: ClientSpec) -> JsonDict:
         by_fd[sock.fileno()] = index
 
     sent = eagain = send_errors = 0
+    sent_by = [0] * count
     max_lag_ns = 0
+    for native in natives:
+        native.drops()  # reset its kernel drop count
+        native.ignored = 0
+    books0 = bridge_ipx_books()  # before the CPU reading: the scrape costs the bridge a little
     snmp0 = kernel_counters().get("Udp", {})
     cpu0 = process_cpu_seconds(spec.server_pid)
     client_cpu0 = time.process_time()
@@ -355,13 +464,16 @@ def measure_bcast(stations: Sequence[Station], spec: ClientSpec) -> JsonDict:
                 index = slot % count
                 max_lag_ns = max(max_lag_ns, now - start - int(slot * interval_ns))
                 try:
-                    socks[index].send(headers[index] + _BCAST_ID.pack(index, slot // count) + pad)
+                    socks[index].send(
+                        headers[index] + _BCAST_ID.pack(index, slot // count) + trailers[index]
+                    )
                 except BlockingIOError:
                     eagain += 1
                 except OSError:
                     send_errors += 1
                 else:
                     sent += 1
+                    sent_by[index] += 1
                 slot += 1
             wait_s = max(0.0, (start + slot * interval_ns - time.perf_counter_ns()) / 1e9)
             for fd, _ in poller.poll(wait_s if slot < planned else 0.0):
@@ -378,11 +490,13 @@ def measure_bcast(stations: Sequence[Station], spec: ClientSpec) -> JsonDict:
     client_cpu = time.process_time() - client_cpu0
     snmp1 = kernel_counters().get("Udp", {})
     drops = udp_socket_drops()
+    native_drops = sum(native.drops() for native in natives)
+    books1 = bridge_ipx_books()
     expected = sent * (count - 1)
     send_secs = (send_end - start) / 1e9
     wall = (end - start) / 1e9
     server_cpu = _delta(cpu0, cpu1)
-    return {
+    result: JsonDict = {
         "clients": count,
         "rate_per_client": spec.rate,
         "secs": spec.secs,
@@ -407,10 +521,53 @@ def measure_bcast(stations: Sequence[Station], spec: ClientSpec) -> JsonDict:
         "server_cpu_share": round(server_cpu / wall, 3) if server_cpu is not None else None,
         "client_cpu_share": round(client_cpu / wall, 3),
         "server_socket_drops": drops.get(spec.port, 0),
-        "client_socket_drops": sum(drops.get(s.port, 0) for s in stations),
+        "client_socket_drops": sum(drops.get(s.port, 0) for s in stations if s.port >= 0)
+        + native_drops,
         "udp_snmp_delta": {
             k: snmp1[k] - snmp0.get(k, 0) for k in snmp1 if snmp1[k] != snmp0.get(k, 0)
         },
+    }
+    if natives:
+        result["native"] = len(natives)
+        result["native_socket_drops"] = native_drops
+        result["native_ignored_frames"] = sum(native.ignored for native in natives)
+        result["directions"] = direction_books(stations, sent_by, receiver.seen)
+        result["native_sent"] = sum(
+            sent_by[i] for i, s in enumerate(stations) if s.kind == "native"
+        )
+    if books0 is not None and books1 is not None:
+        result["bridge_ipx_books"] = {
+            k: v - books0.get(k, 0) for k, v in books1.items() if v != books0.get(k, 0)
+        }
+    return result
+
+
+_IPX_BOOKS: Final = (
+    "ipxbridge_ipx_port_received_packets_total",
+    "ipxbridge_ipx_port_packets_total",
+    "ipxbridge_ipx_port_dropped_copies_total",
+)
+_IPX_COPIES: Final = (  # the IPX path's samples of these (path="ipx")
+    "ipxbridge_sent_copies_total",
+    "ipxbridge_held_copies_total",
+    "ipxbridge_send_errors_total",
+    "ipxbridge_kernel_dropped_packets_total",
+)
+
+
+def bridge_ipx_books() -> dict[str, int] | None:
+    """The bridge's own IPX books from its /metrics (127.0.0.1:9213 in this namespace): per
+    port what it received and did with it, and its copies sent, held (unverified clients) or
+    refused by the kernel. None if nothing answers (DOSBox's server, or ``--metrics-listen
+    off`` in ``--bridge-cmd``)."""
+    try:
+        samples = scrape()
+    except OSError:
+        return None
+    return {
+        key.removeprefix("ipxbridge_"): int(value)
+        for key, value in samples.items()
+        if key.startswith(_IPX_BOOKS) or (key.startswith(_IPX_COPIES) and 'path="ipx"' in key)
     }
 
 
@@ -420,22 +577,158 @@ def _delta(before: float | None, after: float | None) -> float | None:
     return round(after - before, 3)
 
 
+def open_natives(spec: ClientSpec, count: int) -> list[NativeStation]:
+    """Native stations 0 .. count-1 on the segment (closed again if one fails)."""
+    natives: list[NativeStation] = []
+    try:
+        natives.extend(NativeStation(spec.native_ns, i, spec.framing) for i in range(count))
+    except BaseException:
+        for native in natives:
+            native.sock.close()
+        raise
+    return natives
+
+
+def _read_ready(station: Endpoint, seconds: float) -> list[bytes]:
+    """IPX packets for ``station`` arriving within ``seconds`` (keepalives answered)."""
+    got: list[bytes] = []
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0 and select.select([station.sock], [], [], left)[0]:
+        try:
+            data = station.recv_ipx()
+        except OSError:
+            break
+        if data is not None and not station.answer_if_ping(data):
+            got.append(data)
+    return got
+
+
+def _probe(station: Endpoint) -> None:
+    station.sock.send(_wire_bytes(station, ipx.BROADCAST_NODE, PROBE_SOCKET, b"probe"))
+
+
+def warm_up(dosbox: Sequence[Endpoint], natives: Sequence[NativeStation]) -> int:
+    """Before anything is counted, every station announces itself with one probe broadcast,
+    as a game's stations do when they join; returns the probes sent.
+
+    Until a DOSBox-protocol client has sent something since registering, ipxbridge sends it
+    broadcasts only within a small budget (policy/switch.py rule 2, against reflection); the
+    bench measures a game in progress, not that start-up rule. The probes are repeated until
+    client 0, which sends first, has heard every other station's: then the bridge has read
+    them all (and with native stations: has its Ethernet port open and knows every station
+    and its framing). With native stations, client 0's probe must also reach native station
+    0 (the way back). The copies are drained before counting starts.
+
+    Raises:
+        BenchError: not within ``READY_TIMEOUT`` seconds.
+    """
+    deadline = time.monotonic() + READY_TIMEOUT
+    first, others = dosbox[0], [*dosbox[1:], *natives]
+    _probe(first)
+    probes = 1
+    missing = {station.node for station in others}
+    while missing:
+        if time.monotonic() > deadline:
+            raise BenchError(
+                f"{len(missing)} of {len(others)} stations' broadcasts never reached client 0 "
+                f"through the server within {READY_TIMEOUT:.0f} s"
+            )
+        for station in others:
+            if station.node in missing:
+                _probe(station)
+                probes += 1
+        for data in _read_ready(first, PROBE_INTERVAL):
+            if data[_DST_SOCKET] == _PROBE_SOCKET_BYTES:
+                missing.discard(bytes(data[_SRC_NODE]))
+    while natives:
+        if any(
+            data[_DST_SOCKET] == _PROBE_SOCKET_BYTES and data[_SRC_NODE] == first.node
+            for data in _read_ready(natives[0], PROBE_INTERVAL)
+        ):
+            break
+        if time.monotonic() > deadline:
+            raise BenchError(
+                f"no broadcast from DOSBox client 0 reached a native station within "
+                f"{READY_TIMEOUT:.0f} s"
+            )
+        _probe(first)
+        probes += 1
+    return probes
+
+
+def await_keepalives(stations: Sequence[Station], timeout: float) -> int:
+    """Answer keepalives until every station has answered one (now or before), or ``timeout``
+    seconds; returns how many stations have not been asked (0: all answered).
+
+    ipxbridge sends a new client its first keepalive about a second after it registered
+    (``FIRST_PROBE_DELAY``) and counts the client as verified once it answers; until then it
+    sends the client only a budget (policy/switch.py rule 2). Real players are verified long
+    before the game starts, so the broadcast runs wait for it.
+    """
+    waiting = {s.sock.fileno(): s for s in stations if not s.pings_answered}
+    deadline = time.monotonic() + timeout
+    while waiting and (left := deadline - time.monotonic()) > 0:
+        for fd in select.select(list(waiting), [], [], left)[0]:
+            station = waiting[fd]
+            try:
+                data = station.recv_ipx()
+            except OSError:
+                continue
+            if station.answer_if_ping(data):
+                del waiting[fd]
+    if not waiting:
+        time.sleep(PROBE_INTERVAL)  # the last answers reach the bridge before anything else
+    return len(waiting)
+
+
+def drain_all(stations: Sequence[Endpoint]) -> int:
+    """Empty every station's socket (the probes' copies); returns what was read."""
+    read = 0
+    for station in stations:
+        station.sock.setblocking(False)
+        try:
+            while read < MAX_DRAIN:
+                try:
+                    data = station.recv_ipx()
+                except OSError:  # BlockingIOError: empty
+                    break
+                read += 1
+                if data is not None:
+                    station.answer_if_ping(data)
+        finally:
+            station.sock.setblocking(True)
+    return read
+
+
 def run_client(spec: ClientSpec) -> JsonDict:
     """Register the stations and run one scenario."""
     if spec.size < MIN_SIZE:
         raise BenchError(f"payload size must be at least {MIN_SIZE} bytes")
     stations, resent = register_all(spec.port, spec.clients)
+    natives: list[NativeStation] = []
     try:
+        if spec.native:
+            natives = open_natives(spec, spec.native)
+        probes = warm_up(stations, natives)
+        unasked = await_keepalives(stations, spec.keepalive_wait) if spec.keepalive_wait else 0
+        drain_all([*stations, *natives])
         if spec.scenario == "rtt":
-            result = measure_rtt(stations, spec)
+            if natives:
+                result = measure_rtt(natives[0], stations[0], spec)
+            else:
+                result = measure_rtt(stations[0], stations[1], spec)
         elif spec.scenario == "bcast":
-            result = measure_bcast(stations, spec)
+            result = measure_bcast([*stations, *natives], spec)
         else:
             raise BenchError(f"unknown scenario {spec.scenario!r}")
     finally:
-        for station in stations:
+        everyone: list[Endpoint] = [*stations, *natives]
+        for station in everyone:
             station.sock.close()
     result["registration_resends"] = resent
+    result["warm_up_probes"] = probes
+    if spec.keepalive_wait:
+        result["clients_without_keepalive"] = unasked
     return result
 
 

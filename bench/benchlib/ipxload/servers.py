@@ -1,5 +1,6 @@
 """The orchestrator's side: a fresh server per run inside the namespace, the load generator
-beside it, each on its own CPU."""
+beside it, each on its own CPU. A mixed-ports run gives the bridge the Ethernet segment too
+(``--ipx-iface IF:ethernet``); the DOSBox-only runs start it as before, without it."""
 
 import contextlib
 import json
@@ -25,12 +26,16 @@ from benchlib.ipxload.client import (
     JsonDict,
     process_cpu_seconds,
 )
+from ipxbridge.policy.switch import FIRST_PROBE_DELAY
 
 SERVER_CPU: Final = 1
 CLIENT_CPU: Final = 0
 SERVERS: Final = ("ipxbridge", "dosbox")
 DOSBOX_SLOTS: Final = 16
 DOSBOX_FREE_SLOTS: Final = DOSBOX_SLOTS - 1  # ipxnet startserver registers DOSBox itself
+# Broadcast runs on ipxbridge wait this long at most for its first keepalive to each client
+# (sent FIRST_PROBE_DELAY after registering; answering it verifies the client).
+KEEPALIVE_WAIT: Final = FIRST_PROBE_DELAY + 2.0
 STOP_TIMEOUT: Final = 3.0
 
 
@@ -38,7 +43,8 @@ STOP_TIMEOUT: Final = 3.0
 class Bench:
     """Configuration and live state of the orchestrator.
 
-    ``script`` is what runs the load generator as ``SCRIPT _client --spec JSON``.
+    ``script`` is what runs the load generator as ``SCRIPT _client --spec JSON``;
+    ``segment_if`` is the bridge's port on the native stations' segment (mixed-ports runs).
     """
 
     netns: str
@@ -48,6 +54,7 @@ class Bench:
     script: Path
     running: list[Process] = field(default_factory=list)
     dosbox_ok: bool = True
+    segment_if: str | None = None
 
     def _launch(self, argv: list[str], env: dict[str, str] | None, tag: str) -> Process:
         server = spawn(
@@ -56,9 +63,15 @@ class Bench:
         self.running.append(server)
         return server
 
-    def start_bridge(self, tag: str) -> Process:
-        """Start ipxbridge from the ``--bridge-cmd`` template."""
-        return self._launch(shlex.split(self.bridge_cmd.format(port=self.port)), None, tag)
+    def start_bridge(self, tag: str, *, segment: bool = False) -> Process:
+        """Start ipxbridge from the ``--bridge-cmd`` template (with ``segment``: also on the
+        native stations' segment, as an ``ethernet`` port)."""
+        argv = shlex.split(self.bridge_cmd.format(port=self.port))
+        if segment:
+            if self.segment_if is None:
+                raise BenchError("a mixed-ports run without a segment")
+            argv += ["--ipx-iface", f"{self.segment_if}:ethernet"]
+        return self._launch(argv, None, tag)
 
     def start_dosbox(self, tag: str) -> Process:
         """Start a headless DOSBox whose autoexec runs ``ipxnet startserver PORT``."""
@@ -105,6 +118,8 @@ class Bench:
             + SEND_GRACE
             + DRAIN_SECONDS
             + 5.0
+            + (READY_TIMEOUT if spec.native else 0.0)
+            + spec.keepalive_wait
             + RTT_BUDGET_PER_EXCHANGE * (spec.rtt_count + RTT_WARMUP)
             + 30.0
         )
@@ -123,7 +138,12 @@ class Bench:
 
     def run_once(self, kind: str, spec: ClientSpec, tag: str) -> JsonDict:
         """Fresh server, one scenario, server stopped; returns the result with metadata."""
-        server = self.start_bridge(tag) if kind == "ipxbridge" else self.start_dosbox(tag)
+        if kind == "ipxbridge":
+            server = self.start_bridge(tag, segment=spec.native > 0)
+            if spec.scenario == "bcast":
+                spec = ClientSpec(**{**asdict(spec), "keepalive_wait": KEEPALIVE_WAIT})
+        else:
+            server = self.start_dosbox(tag)
         try:
             result = self.run_client(ClientSpec(**{**asdict(spec), "server_pid": server.pid}))
             exit_code = server.proc.poll()
@@ -135,11 +155,12 @@ class Bench:
         return result
 
 
-def preflight(skip_baseline: bool) -> bool:
-    """Check privileges and tools; returns whether the DOSBox baseline can run."""
+def preflight(skip_baseline: bool, *, mixed: bool = False) -> bool:
+    """Check privileges and tools (``mixed``: those the Ethernet segment needs too); returns
+    whether the DOSBox baseline can run."""
     if os.geteuid() != 0:
         raise BenchError("must run as root (network namespaces)")
-    for tool in ("ip", "taskset"):
+    for tool in ("ip", "taskset", *(("sysctl",) if mixed else ())):
         if shutil.which(tool) is None:
             raise BenchError(f"{tool} not found")
     if not {CLIENT_CPU, SERVER_CPU} <= os.sched_getaffinity(0):
