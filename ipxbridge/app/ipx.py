@@ -10,20 +10,19 @@ opened, and a UDP port whose addresses or peers changed takes the new plan in pl
 """
 
 import asyncio
-import contextlib
 import errno
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ipxbridge import __version__
+from ipxbridge.app.wgpeers import WireGuardPeers
 from ipxbridge.config import Config, parse_host_port, resolve_ipv4
 from ipxbridge.errors import StartupError
 from ipxbridge.io.netlink import TopologyWatcher
 from ipxbridge.io.segments import EthernetPort, IpxWrapperSocket, Rfc1234Port, SegmentPort
 from ipxbridge.io.udp import IpxEndpoint, make_server_node_lookup, open_udp_socket
-from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS, read_wireguard_peers
+from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS
 from ipxbridge.obs.counters import IpxCounters, LatencyHistogram
 from ipxbridge.obs.metrics import IpxSnapshot
 from ipxbridge.policy.dplay_inspect import Inspector
@@ -88,9 +87,7 @@ class IpxService:
         self.plans: dict[Segment, PortPlan] = {}
         self.skipped: tuple[Skipped, ...] = ()
         self._ipxwrapper: IpxWrapperSocket | None = None
-        self._wg_peers: dict[str, list[str]] = {}
-        self._wg_executor: ThreadPoolExecutor | None = None
-        self._peer_task: asyncio.Task[None] | None = None
+        self._wg = WireGuardPeers(self._wireguard_names, self._replan, what="IPX interface ports")
         self._next_peer_check = 0.0
         self._logged_plan: tuple[str, ...] | None = None
         self._open_errors: dict[Segment, str] = {}
@@ -142,12 +139,7 @@ class IpxService:
         """Close the sockets and log the books."""
         if self.watcher is not None:
             await self.watcher.close()
-        if self._peer_task is not None:
-            self._peer_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._peer_task
-        if self._wg_executor is not None:
-            self._wg_executor.shutdown(wait=False, cancel_futures=True)
+        await self._wg.close()
         for segment in list(self.plans):
             self._close_port(segment)
         if self._ipxwrapper is not None:
@@ -182,7 +174,7 @@ class IpxService:
                 )
             elif self.watcher is not None:
                 self._apply_plan(self.watcher.topology)
-                self._refresh_peers()
+                self._wg.refresh()
 
     def tick(self, now: float) -> None:
         """Keepalives, probes of unverified clients, expiry, beacons; WireGuard peer reads."""
@@ -191,7 +183,7 @@ class IpxService:
         if self.watcher is not None and now >= self._next_peer_check:
             self._next_peer_check = now + PEER_REFRESH_SECONDS
             if any(p.role == "p2p" for p in self.plans.values()):
-                self._refresh_peers()
+                self._wg.refresh()
 
     # --- interface ports (issue 13) --------------------------------------------------------
 
@@ -215,7 +207,7 @@ class IpxService:
             self._loop.add_reader(self._ipxwrapper.fileno(), self._ipxwrapper.on_readable)
         self.watcher = TopologyWatcher(self._on_topology)
         await self.watcher.start()
-        await self._read_peers()
+        await self._wg.read()
 
     async def _start_interfaces_logged(self) -> None:
         try:
@@ -225,36 +217,23 @@ class IpxService:
 
     def _on_topology(self, topology: Topology) -> None:
         self._apply_plan(topology)
-        self._refresh_peers()
+        self._wg.refresh()
 
-    def _refresh_peers(self) -> None:
-        if self._peer_task is not None and not self._peer_task.done():
-            return
-        self._peer_task = asyncio.get_running_loop().create_task(
-            self._read_peers(), name="ipx-wireguard-peers"
-        )
-
-    async def _read_peers(self) -> None:
-        """Read the WireGuard peers of p2p ports off the loop, then re-plan. Never raises."""
+    def _wireguard_names(self) -> tuple[str, ...]:
         if self.watcher is None:
-            return
-        try:
-            selections = tuple(i.selection for i in self._interfaces)
-            names = wireguard_reads(self.watcher.topology, selections)
-            if names:
-                if self._wg_executor is None:
-                    self._wg_executor = ThreadPoolExecutor(1, thread_name_prefix="ipx-wg")
-                self._wg_peers = await read_wireguard_peers(names, self._wg_executor)
+            return ()
+        return wireguard_reads(self.watcher.topology, tuple(i.selection for i in self._interfaces))
+
+    def _replan(self) -> None:
+        if self.watcher is not None:
             self._apply_plan(self.watcher.topology)
-        except Exception:
-            logger.exception("rebuilding the IPX interface ports failed")
 
     def _apply_plan(self, topology: Topology) -> None:
         """Open, reopen, update and close interface ports to match the topology."""
         endpoint = self.endpoint
         if endpoint is None:
             return
-        plans, skipped = plan_ports(topology, self._interfaces, self._wg_peers)
+        plans, skipped = plan_ports(topology, self._interfaces, self._wg.peers)
         wanted = {p.segment: p for p in plans}
         for segment, old in list(self.plans.items()):
             new = wanted.get(segment)

@@ -7,18 +7,18 @@ installs and counter reads, and the removal of a table an earlier run left (R18)
 """
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack
 
+from ipxbridge.app.wgpeers import WireGuardPeers
 from ipxbridge.config import Config
 from ipxbridge.errors import StartupError
 from ipxbridge.io.netlink import TopologyWatcher
 from ipxbridge.io.nftables import FastPathCounts, KernelFanout, Removal, remove_table
 from ipxbridge.io.relay import BroadcastRelay, ip_forward_enabled, raw_sockets_allowed
-from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS, read_wireguard_peers
+from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS
 from ipxbridge.obs.counters import RelayCounters
 from ipxbridge.obs.metrics import RelaySnapshot
 from ipxbridge.policy.dplay_inspect import Inspector
@@ -85,11 +85,8 @@ class RelayService:
         self._make_watcher = watcher
         self.watcher: Watcher | None = None
         self._selections = selections(config)
-        # WireGuard peers by interface, as last read off the loop (_read_peers); one worker.
-        self._wg_peers: dict[str, list[str]] = {}
-        self._wg_executor: ThreadPoolExecutor | None = None
-        self._peer_task: asyncio.Task[None] | None = None
-        self._peers_stale = False
+        # WireGuard peers by interface, as last read off the loop; one worker.
+        self._wg = WireGuardPeers(self._wireguard_names, self._replan, what="relay plan")
         self._planning = False  # set once the first plan (with peers) is in place
         self._next_peer_check = 0.0
         self._fastpath = FastPathCounts()  # the fast path's counters, as last read
@@ -143,7 +140,7 @@ class RelayService:
         await self.watcher.start()
         # The first plan waits for the WireGuard peers (read off the loop), so the plan
         # logged as "relaying between" is complete.
-        await self._read_peers()
+        await self._wg.read()
         if self._nft_executor is not None:
             await self._nft(_nothing)  # FIFO: the first fast-path install has finished
         self._planning = True
@@ -158,13 +155,7 @@ class RelayService:
         """Stop watching, remove the fast path's table, close the sockets, log the books."""
         if self.watcher is not None:
             await self.watcher.close()
-        if self._peer_task is not None:
-            self._peer_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._peer_task
-        if self._wg_executor is not None:
-            # A read stuck in the worker ends at its own timeout; stop() does not wait for it.
-            self._wg_executor.shutdown(wait=False, cancel_futures=True)
+        await self._wg.close()
         if self._nft_executor is not None:
             # Let a pending install finish first, so the table is not re-created after the
             # remove below.
@@ -212,7 +203,7 @@ class RelayService:
         if self.watcher is not None and now >= self._next_peer_check:
             self._next_peer_check = now + PEER_REFRESH_SECONDS
             if self._planning and any(e.role == "p2p" for e in self.plan or ()):
-                self._refresh_peers()
+                self._wg.refresh()
 
     # --- the plan --------------------------------------------------------------------------
 
@@ -225,42 +216,25 @@ class RelayService:
         if self.relay is None:
             return
         if not self._planning:  # start() is reading the peers and plans after that
-            self._peers_stale = True
+            self._wg.mark_stale()
             return
         self._apply_plan(topology)
-        self._refresh_peers()
+        self._wg.refresh()
 
-    def _refresh_peers(self) -> None:
-        """Re-read the WireGuard peers in the background (one read at a time)."""
-        if self._peer_task is not None and not self._peer_task.done():
-            self._peers_stale = True  # the running read goes round once more
-            return
-        self._peer_task = asyncio.create_task(self._read_peers(), name="wireguard-peers")
+    def _wireguard_names(self) -> tuple[str, ...]:
+        if self.relay is None or self.watcher is None:
+            return ()
+        return wireguard_reads(self.watcher.topology, self._selections)
 
-    async def _read_peers(self) -> None:
-        """Read the peers of the plan's WireGuard interfaces off the loop, then re-plan.
-
-        Never raises (but for cancellation): a failed re-plan is logged and the old plan
-        stays, as a failing topology callback is (``TopologyWatcher``).
-        """
-        while self.relay is not None and self.watcher is not None:
-            self._peers_stale = False
-            try:
-                names = wireguard_reads(self.watcher.topology, self._selections)
-                if names:
-                    if self._wg_executor is None:
-                        self._wg_executor = ThreadPoolExecutor(1, thread_name_prefix="wg-peers")
-                    self._wg_peers = await read_wireguard_peers(names, self._wg_executor)
-                self._apply_plan(self.watcher.topology)  # the topology may have moved meanwhile
-            except Exception:
-                logger.exception("rebuilding the relay plan failed")
-            if not self._peers_stale:
-                return
+    def _replan(self) -> None:
+        """After a peer read: the topology may have moved meanwhile."""
+        if self.relay is not None and self.watcher is not None:
+            self._apply_plan(self.watcher.topology)
 
     def _apply_plan(self, topology: Topology) -> None:
         if self.relay is None:
             return
-        egresses, own, bcasts = build_plan(topology, self._selections, self._wg_peers)
+        egresses, own, bcasts = build_plan(topology, self._selections, self._wg.peers)
         self.relay.apply_plan(egresses, own, bcasts)
         if egresses == self.plan:
             return
