@@ -240,6 +240,7 @@ class IpxService:
             if new is None or _must_reopen(old, new):
                 self._close_port(segment)
         failed: list[Skipped] = []
+        opened = False
         for segment, plan in wanted.items():
             port = endpoint.segments.get(segment)
             if port is None:
@@ -247,6 +248,7 @@ class IpxService:
                 if why:
                     failed.append(Skipped(segment.interface, segment.kind, why))
                     continue
+                opened = True
             elif plan != port.plan:
                 port.plan = plan  # a UDP port: new addresses or peers, same socket
                 self.plans[segment] = plan
@@ -259,6 +261,8 @@ class IpxService:
         if self._ipxwrapper is not None:
             self._ipxwrapper.own_ips = own
             self._ipxwrapper.sources = SourceIndex(tuple(self.plans.values()), PortKind.IPXWRAPPER)
+        if opened:
+            endpoint.announce()  # rule 8: other bridges there learn of this one at once
         self._log_plan()
 
     def _open_port(self, plan: PortPlan) -> str:

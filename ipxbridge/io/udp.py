@@ -302,6 +302,11 @@ class IpxEndpoint:
             self._send(packet, addr)
         return len(packets)
 
+    def announce(self) -> None:
+        """Send the bridge's beacons now (a port just opened: policy/switch.py rule 8)."""
+        for packet, port in self.switch.beacons(self._loop.time()):
+            self._send(packet, port)
+
     def tick(self, now: float) -> None:
         """The switch's timers: keepalives, probes, expiry (``IpxSwitch.tick``)."""
         for packet, port in self.switch.tick(now):

@@ -5,6 +5,12 @@ only if it now arrives through a *different* port than the first copy. A copy ar
 the same port again is a legitimate repeat (a game resending the same announcement, or the
 0.5 s retries of reliability.md R5b) and passes, refreshing the record.
 
+A copy that comes back through the *same* port with a higher hop count than the first is a
+loop copy too (issue 13): two bridges on one segment that do not yet know each other (the
+first second after one starts, before its beacon, policy/switch.py rule 8) hand each
+other's copies back onto the segment, and each returning copy arrives on the port the first
+came in on. A game repeating itself repeats its hop count; only a loop adds to it.
+
 Why this works: in a loop, every copy after the first reaches a bridge through another
 neighbour; each bridge accepts a packet from one port only, so it forwards each packet once
 per sender transmission and the storm ends within one copy per bridge (reliability.md L9).
@@ -31,19 +37,23 @@ class DuplicateFilter(Generic[PortT]):
         self.window = window
         self.max_entries = max_entries
         # Insertion order is time order: records are re-inserted when refreshed.
-        self._entries: dict[int, tuple[PortT, float]] = {}
+        self._entries: dict[int, tuple[PortT, float, int]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def is_duplicate(self, key: int, port: PortT, now: float) -> bool:
-        """Record ``key`` as seen on ``port`` and say whether it is a loop copy."""
+    def is_duplicate(self, key: int, port: PortT, now: float, hops: int = 0) -> bool:
+        """Record ``key`` as seen on ``port`` with ``hops`` and say whether it is a loop copy."""
         entries = self._entries
         entry = entries.pop(key, None)
-        if entry is not None and now - entry[1] < self.window and entry[0] != port:
-            entries[key] = entry  # keep the first port and its time
+        if (
+            entry is not None
+            and now - entry[1] < self.window
+            and (entry[0] != port or hops > entry[2])
+        ):
+            entries[key] = entry  # keep the first port, its time and hop count
             return True
-        entries[key] = (port, now)
+        entries[key] = (port, now, hops)
         if len(entries) > self.max_entries:
             del entries[next(iter(entries))]
         return False
@@ -52,7 +62,7 @@ class DuplicateFilter(Generic[PortT]):
         """Forget records older than the window; returns how many were removed."""
         entries = self._entries
         removed = 0
-        for key, (_, seen) in list(entries.items()):
+        for key, (_, seen, _hops) in list(entries.items()):
             if now - seen < self.window:
                 break
             del entries[key]

@@ -185,7 +185,7 @@ class Decision:
     detail: str
     packet: bytes | None = None
     targets: tuple[Port, ...] = ()
-    replies: tuple[tuple[bytes, Address], ...] = ()
+    replies: tuple[tuple[bytes, Port], ...] = ()
     header: IpxHeader | None = None  # set when the payload is worth inspecting
     held: int = 0  # copies not sent: unverified clients over their budget (rule 2)
 
@@ -618,6 +618,12 @@ class IpxSwitch:
                 if before is None or before[1] != peers:
                     self._topology_changed()
                 seen[bridge] = (now, peers)
+                if before is None and segment in self.segments:
+                    # A bridge new here (it just started): answer at once, here and to the
+                    # peers (which may be that bridge), so neither puts the other's packets
+                    # on the segment for a beacon interval (rule 8).
+                    replies = ((build_beacon(self.bridge_id, peers=self._own_peers()), segment),)
+                    return Decision(Outcome.CONTROL, "beacon", replies=replies + self._to_peers())
             return Decision(Outcome.CONTROL, "beacon")
         node = header.src_node
         if node in self._client_by_node or node == self.bridge_id:
@@ -696,6 +702,9 @@ class IpxSwitch:
             if self._peer_bridge.get(src) != bridge:
                 self._peer_bridge[src] = bridge
                 self._topology_changed()
+                if self.segments:  # answer at once, as on a segment
+                    own = build_beacon(self.bridge_id, self.peers[src].node, self._own_peers())
+                    return Decision(Outcome.CONTROL, "beacon", replies=((own, src),))
             return Decision(Outcome.CONTROL, "beacon")
         node = header.src_node
         if node in self._client_by_node or node == self.bridge_id:
@@ -735,7 +744,8 @@ class IpxSwitch:
             return Decision(Outcome.DROPPED, "filtered_socket", replies=replies)
         # Identity without checksum, length-independent of hop count: bytes 5.. of the packet.
         # Python's bytes hash is keyed SipHash, so collisions cannot be crafted remotely.
-        if self._dedup.is_duplicate(hash(data[5:]), ingress if via is None else via, now):
+        port = ingress if via is None else via
+        if self._dedup.is_duplicate(hash(data[5:]), port, now, hops_in):
             # A node stays where its packet's first copy came from: two bridges on one
             # segment each get the other's copy last and would learn the node behind each
             # other, dropping every unicast to it as destination_on_ingress.
@@ -822,7 +832,7 @@ class IpxSwitch:
         I4), while an IPXWrapper host that never answers pings stays registered.
         """
         cfg = self.settings
-        out: list[tuple[bytes, Port]] = self._beacons(now)
+        out: list[tuple[bytes, Port]] = self.beacons(now)
         first_probe = min(FIRST_PROBE_DELAY, cfg.keepalive_interval)
         for client in list(self.clients.values()):
             silent = now - client.last_seen
@@ -865,7 +875,7 @@ class IpxSwitch:
             del self._learned[node]
         return out
 
-    def _beacons(self, now: float) -> list[tuple[bytes, Port]]:
+    def beacons(self, now: float) -> list[tuple[bytes, Port]]:
         """Rule 8: announce the bridge on every segment and to every peer; forget the silent.
 
         Only a bridge with segments announces itself: the rule is about segments.
@@ -880,14 +890,23 @@ class IpxSwitch:
                     self._topology_changed()
         if not self.segments:
             return []
-        peers = tuple(self._peer_identity(a) for a in self.peers)[:MAX_BEACON_PEERS]
+        peers = self._own_peers()
         out: list[tuple[bytes, Port]] = [
             (build_beacon(self.bridge_id, peers=peers), segment) for segment in self.segments
         ]
-        out += [
-            (build_beacon(self.bridge_id, p.node, peers), addr) for addr, p in self.peers.items()
-        ]
+        out += self._to_peers()
         return out
+
+    def _own_peers(self) -> tuple[bytes, ...]:
+        """The identities of this bridge's peers, as its beacons list them."""
+        return tuple(self._peer_identity(a) for a in self.peers)[:MAX_BEACON_PEERS]
+
+    def _to_peers(self) -> tuple[tuple[bytes, Port], ...]:
+        """This bridge's beacon to each peer, addressed to the peer's RFC 1234 node."""
+        peers = self._own_peers()
+        return tuple(
+            (build_beacon(self.bridge_id, p.node, peers), addr) for addr, p in self.peers.items()
+        )
 
     def bridges_on(self, segment: Segment) -> tuple[bytes, ...]:
         """The other bridges heard on ``segment`` within ``BEACON_TTL`` (rule 8)."""

@@ -505,19 +505,24 @@ def test_rfc1234_segment_exchanges_with_a_dosbox_client(net: Netns, workdir: Pat
         got = host.receive(GAME)
         assert (got.data, got.dst_ip) == (b"direct, now learned", "10.70.0.2")
 
-        # Every broadcast the bridge put on the segment (the client's, and its beacons) also
-        # came back to its own socket: each one is counted as own_packet and nothing else.
+        # Every broadcast the bridge put on the segment (the client's, and its beacons,
+        # including the one it sent as the port opened, before the host listened) also came
+        # back to its own socket: each one is counted as own_packet and nothing else. The
+        # port's copies are those broadcasts and the two unicasts to the host.
         bcast = ("10.70.0.255", ("10.70.0.1", RFC1234_PORT))
-        put_on_segment = 1 + sum((p.dst_ip, p.source) == bcast for p in host.inbox)
+        seen_by_host = 1 + sum((p.dst_ip, p.source) == bcast for p in host.inbox)
         host.inbox.clear()
+        copies = frozenset({("path", "ipx"), ("interface", "lan0/rfc1234")})
         deadline = time.monotonic() + 10
         while True:
-            put_on_segment += sum((p.dst_ip, p.source) == bcast for p in host.drain(0.3))
+            seen_by_host += sum((p.dst_ip, p.source) == bcast for p in host.drain(0.3))
             metrics = s.metrics()
             own = port_count(metrics, "rfc1234", "lan0", "dropped", "own_packet")
+            put_on_segment = metrics[("ipxbridge_sent_copies_total", copies)] - 2
             if own == put_on_segment or time.monotonic() > deadline:
                 break
         assert own == put_on_segment
+        assert 1 <= seen_by_host <= own
         assert port_count(metrics, "rfc1234", "lan0", "forwarded") == 1  # the host's broadcast
         received = metrics[
             (

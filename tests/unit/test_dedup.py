@@ -33,3 +33,14 @@ def test_size_never_exceeds_bound(ops: list[tuple[int, int]]) -> None:
     for t, (key, port) in enumerate(ops):
         f.is_duplicate(key, port, t * 0.01)
         assert len(f) <= 8
+
+
+def test_a_copy_back_through_the_same_port_with_more_hops_is_a_loop_copy() -> None:
+    # Two bridges on one segment that do not know each other yet hand a station's broadcast
+    # back onto the segment: it returns on the port of the first copy, one hop further.
+    f = DuplicateFilter[str](2.0)
+    assert not f.is_duplicate(9, "seg", 0.0, hops=0)
+    assert f.is_duplicate(9, "seg", 0.01, hops=2)
+    # A game repeating its packet repeats its hop count: still a repeat, not a loop.
+    assert not f.is_duplicate(9, "seg", 0.5, hops=0)
+    assert not f.is_duplicate(9, "seg", 3.0, hops=2)  # window over: a new packet

@@ -293,3 +293,34 @@ def test_remove_segment_forgets_its_nodes_and_bridges() -> None:
     sw.remove_segment(ETH0)  # idempotent
     sw.add_segment(ETH0)
     assert ETH0 in sw.handle(packet(node(A), data=b"c"), A, 3.0).targets
+
+
+def test_a_bridge_new_on_a_segment_is_answered_at_once() -> None:
+    # Rule 8: until two bridges on one segment know each other, each may put the other's
+    # packets there; the one already running answers a newcomer's first beacon at once
+    # instead of at its next beacon tick (up to BEACON_INTERVAL later).
+    sw = switch()
+    first = sw.handle_segment(ETH0, ipx.build_beacon(LOWER), 1.0)
+    assert first.outcome is Outcome.CONTROL
+    assert [port for _, port in first.replies] == [ETH0, PEER]  # here, and to every peer
+    reply = first.replies[0][0]
+    assert ipx.beacon_id(ipx.parse_header(reply), reply) == ME
+    assert ipx.beacon_peers(reply) == {sw.peers[PEER].node}  # it lists its peer
+    again = sw.handle_segment(ETH0, ipx.build_beacon(LOWER), 6.0)
+    assert again.replies == ()  # known: no answer, or two bridges would answer for ever
+    # A peer's first beacon is answered to that peer at once too; a repeat is not.
+    hello = ipx.build_beacon(PEER_ID, sw.peers[PEER].node)
+    assert [port for _, port in sw.handle(hello, PEER, 6.1).replies] == [PEER]
+    assert sw.handle(hello, PEER, 6.2).replies == ()
+
+
+def test_a_copy_returning_on_its_first_port_one_hop_further_is_a_duplicate() -> None:
+    # Two bridges that do not know each other yet hand a station's broadcast back onto the
+    # segment; the copy comes back on the port the first came in on, with more hops.
+    sw = switch()
+    assert sw.handle_segment(ETH0, packet(NATIVE), 1.0).outcome is Outcome.FORWARDED
+    back = sw.handle_segment(ETH0, packet(NATIVE, hops=2), 1.01)
+    assert back.outcome is Outcome.DROPPED
+    assert back.detail == "duplicate"
+    # The station repeating the same packet (same hop count) is a repeat, not a loop.
+    assert sw.handle_segment(ETH0, packet(NATIVE), 1.5).outcome is Outcome.FORWARDED
