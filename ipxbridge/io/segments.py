@@ -155,8 +155,11 @@ class EthernetPort:
             sock.setblocking(False)
             _attach_ipx_filter(sock)
             # Before Linux 4.20 there is no PACKET_IGNORE_OUTGOING: on_readable skips them.
-            with contextlib.suppress(OSError):
+            self._own_frames_read = False
+            try:
                 sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            except OSError:
+                self._own_frames_read = True
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
             sock.bind((self.segment.interface, ETH_P_ALL))
@@ -181,16 +184,22 @@ class EthernetPort:
         sock = self._sock
         sink = self._sink
         name = self.segment.interface
+        # recv, not recvfrom, where the kernel leaves our own frames out: CPython turns the
+        # sender's address into an interface name with one ioctl per frame.
+        own_frames = self._own_frames_read
         for _ in range(READS_PER_WAKEUP):
             try:
-                frame, addr = sock.recvfrom(FRAME_BUFSIZE)
+                if own_frames:
+                    frame, addr = sock.recvfrom(FRAME_BUFSIZE)
+                    if addr[2] == PACKET_OUTGOING:
+                        continue  # our own frame, on a kernel without PACKET_IGNORE_OUTGOING
+                else:
+                    frame = sock.recv(FRAME_BUFSIZE)
             except BlockingIOError:
                 return
             except OSError:
                 sink.counters.recv_errors += 1  # ENETDOWN: the watcher reopens the port
                 return
-            if addr[2] == PACKET_OUTGOING:
-                continue  # our own frame, on a kernel without PACKET_IGNORE_OUTGOING
             try:
                 parsed = parse_frame(frame)
             except WireError as exc:
