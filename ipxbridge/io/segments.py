@@ -83,7 +83,14 @@ class Sink(Protocol):
     counters: IpxCounters
 
     def now(self) -> float: ...  # noqa: D102
-    def ingest(self, segment: Segment, data: bytes, *, via: object = None) -> Decision: ...  # noqa: D102
+    def ingest(  # noqa: D102
+        self,
+        segment: Segment,
+        data: bytes,
+        *,
+        via: object = None,
+        label: tuple[str, str] | None = None,
+    ) -> Decision: ...
     def reject(self, kind: str, interface: str, size: int, reason: str) -> None: ...  # noqa: D102
 
 
@@ -145,8 +152,10 @@ class EthernetPort:
         """
         self.plan = plan
         self.segment = plan.segment
-        self._label = (str(plan.segment.kind), plan.segment.interface)
+        self.label = (str(plan.segment.kind), plan.segment.interface)
         self._sink = sink
+        # The largest IPX packet each framing carries at this MTU (wire/ethernet.py rule 3).
+        self._limits = {f: max_ipx_len(f, plan.mtu) for f in Framing}
         self.framings = FramingLearner()
         self.fixed = None if plan.framing == "auto" else Framing(plan.framing)
         # Created bound to no protocol, so nothing is queued before the filter is attached.
@@ -184,6 +193,7 @@ class EthernetPort:
         sock = self._sock
         sink = self._sink
         name = self.segment.interface
+        label = self.label
         # recv, not recvfrom, where the kernel leaves our own frames out: CPython turns the
         # sender's address into an interface name with one ioctl per frame.
         own_frames = self._own_frames_read
@@ -206,7 +216,7 @@ class EthernetPort:
                 sink.reject(PortKind.ETHERNET, name, len(frame), exc.reason)
                 continue
             self.framings.observe_frame(parsed)
-            sink.ingest(self.segment, bytes(parsed.packet), via=parsed.framing)
+            sink.ingest(self.segment, bytes(parsed.packet), via=parsed.framing, label=label)
 
     def send(self, packet: bytes, dst_node: bytes) -> None:
         """Put one IPX packet on the segment (in each framing it needs)."""
@@ -225,9 +235,8 @@ class EthernetPort:
         counters = self._sink.counters
         mtu = self.plan.mtu
         for framing in framings:
-            if len(packet) > max_ipx_len(framing, mtu):
-                key = (PortKind.ETHERNET, self.segment.interface, "frame_too_large")
-                counters.copies_dropped[key] += 1
+            if len(packet) > self._limits[framing]:
+                counters.copies_dropped[(*self.label, "frame_too_large")] += 1
                 continue
             frame = build_frame(dst_mac, src_mac, framing, packet, mtu=mtu)
             try:
@@ -235,7 +244,7 @@ class EthernetPort:
             except OSError as exc:
                 _count_error(counters, exc)
             else:
-                counters.port_copies[self._label] += 1
+                counters.port_copies[self.label] += 1
                 counters.bytes_sent += len(frame)
 
 
@@ -271,7 +280,7 @@ class _UdpPort:
     ) -> None:
         self.plan = plan
         self.segment = plan.segment
-        self._label = (str(plan.segment.kind), plan.segment.interface)
+        self.label = (str(plan.segment.kind), plan.segment.interface)
         self.links = _Links()
         self._sock = sock
         self._port = port
@@ -301,7 +310,7 @@ class _UdpPort:
             except OSError as exc:
                 _count_error(counters, exc)
             else:
-                counters.port_copies[self._label] += 1
+                counters.port_copies[self.label] += 1
                 counters.bytes_sent += len(payload)
 
 
@@ -402,9 +411,10 @@ class IpxWrapperSocket:
             except WireError as exc:
                 sink.reject(PortKind.IPXWRAPPER, segment.interface, len(data), exc.reason)
                 continue
-            decision = sink.ingest(segment, packet)
+            port = self.ports[segment]
+            decision = sink.ingest(segment, packet, label=port.label)
             if decision.outcome is not Outcome.DROPPED:
-                self.ports[segment].links.learn(packet[22:28], addr)
+                port.links.learn(packet[22:28], addr)
 
 
 SegmentPort = EthernetPort | IpxWrapperPort | Rfc1234Port

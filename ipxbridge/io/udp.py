@@ -222,12 +222,24 @@ class IpxEndpoint:
             apply(decision, data, label, addr, now, started)
         self._log_events()
 
-    def ingest(self, segment: Segment, data: bytes, *, via: object = None) -> Decision:
-        """One IPX packet from an interface port (``io/segments.py``): switched and counted."""
+    def ingest(
+        self,
+        segment: Segment,
+        data: bytes,
+        *,
+        via: object = None,
+        label: tuple[str, str] | None = None,
+    ) -> Decision:
+        """One IPX packet from an interface port (``io/segments.py``): switched and counted.
+
+        ``label`` is the port's (kind, interface) for the books, built once by the port:
+        a key with a StrEnum in it costs a Python-level hash per packet.
+        """
         counters = self.counters
         counters.received += 1
         counters.received_bytes += len(data)
-        label = (segment.kind, segment.interface)
+        if label is None:
+            label = (str(segment.kind), segment.interface)
         counters.port_received[label] += 1
         now = self._loop.time()
         self._sample = (self._sample + 1) & 15
