@@ -108,14 +108,15 @@ def parse_frame(frame: bytes | memoryview) -> EthernetIpx:
         EthernetError: ``eth_truncated``, ``eth_not_ipx``, ``eth_bad_8023_length`` or
             ``eth_bad_ipx_length``.
     """
-    view = memoryview(frame)
-    size = len(view)
+    # Offsets into the frame rather than nested views: this runs once per frame read from a
+    # promiscuous interface, on the IPX switch's latency path (issue 13 benchmark).
+    data = bytes(frame) if isinstance(frame, memoryview) else frame
+    size = len(data)
     if size < ETH_HEADER_LEN:
         raise EthernetError("eth_truncated", f"{size} bytes, an Ethernet header needs 14")
-    dst_mac, src_mac, length_or_type = _ETH_HEADER.unpack_from(view)
+    length_or_type = (data[12] << 8) | data[13]
     if length_or_type == ETHERTYPE_IPX:
-        framing = Framing.ETHERNET_II
-        ipx = view[ETH_HEADER_LEN:]
+        framing, start, end = Framing.ETHERNET_II, ETH_HEADER_LEN, size
     elif length_or_type <= MAX_8023_LENGTH:
         # 802.3: the field counts the LLC data; padding may follow it, so a shorter frame
         # is the only lie we can see. A longer one is trimmed below (rule 2).
@@ -125,31 +126,31 @@ def parse_frame(frame: bytes | memoryview) -> EthernetIpx:
                 "eth_bad_8023_length",
                 f"802.3 length {length_or_type} but the frame carries {size - ETH_HEADER_LEN}",
             )
-        data = view[ETH_HEADER_LEN:end]
-        head = bytes(data[:8])
+        head = data[ETH_HEADER_LEN : min(end, ETH_HEADER_LEN + 8)]
         if head.startswith(_RAW_PREFIX):
-            framing, ipx = Framing.RAW_8023, data
+            framing, start = Framing.RAW_8023, ETH_HEADER_LEN
         elif head.startswith(_LLC_HEADER):
-            framing, ipx = Framing.LLC, data[3:]
+            framing, start = Framing.LLC, ETH_HEADER_LEN + len(_LLC_HEADER)
         elif head == _SNAP_HEADER:
-            framing, ipx = Framing.SNAP, data[8:]
+            framing, start = Framing.SNAP, ETH_HEADER_LEN + len(_SNAP_HEADER)
         else:
             raise EthernetError("eth_not_ipx", f"802.3 data starts {head.hex()}")
     else:
         # 1501..1535 is undefined, anything else another EtherType (IPv4, ARP, ...).
         raise EthernetError("eth_not_ipx", f"length/type 0x{length_or_type:04x}")
-    available = len(ipx)
+    available = end - start
     if available < IPX_HEADER_LEN:
         raise EthernetError(
             "eth_truncated", f"{available} bytes of IPX in {framing}, the header needs 30"
         )
-    ipx_length = int.from_bytes(ipx[2:4], "big")  # protocols.md 3.1: offset 2, Length
+    ipx_length = (data[start + 2] << 8) | data[start + 3]  # protocols.md 3.1: offset 2
     if not IPX_HEADER_LEN <= ipx_length <= available:
         raise EthernetError(
             "eth_bad_ipx_length",
             f"IPX length {ipx_length} but {framing} carries {available} bytes",
         )
-    return EthernetIpx(bytes(dst_mac), bytes(src_mac), framing, ipx[:ipx_length])
+    packet = memoryview(data)[start : start + ipx_length]
+    return EthernetIpx(data[:6], data[6:12], framing, packet)
 
 
 def max_ipx_len(framing: Framing, mtu: int = DEFAULT_MTU) -> int:
