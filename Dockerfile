@@ -14,14 +14,25 @@
 #
 # Base image: the tag is pinned. It is not pinned by digest because the digest could not
 # be looked up where this file was written (no registry access). Pin it with
-# `FROM python:3.12-slim-bookworm@sha256:...` when you build for a release. Use the same
-# base in both stages: the venv's python symlink points at /usr/local/bin/python3.12.
+# `--build-arg BASE=python:3.12-slim-bookworm@sha256:...` when you build for a release.
+# Both stages use the same BASE: the venv's python symlink points at the base's interpreter
+# (/usr/local/bin/python3.12 in the official image), which the runtime stage must have too.
+# A BASE needs a `python` command with the venv module and util-linux's setpriv; the tests
+# build on a Debian bookworm debootstrap with python3.11 (tests/integration/test_container.py).
 # Use glibc (Debian), not Alpine: musllinux wheels of netifaces-plus lag behind.
+ARG BASE=python:3.12-slim-bookworm
 
-FROM python:3.12-slim-bookworm AS build
+FROM ${BASE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
+# For a build from a local wheelhouse, without PyPI: --build-arg PIP_NO_INDEX=1
+# --build-arg PIP_FIND_LINKS=http://127.0.0.1:PORT/ with --network host (the tests serve one
+# so; a `-v DIR:/wheels` build mount would leave an empty /wheels in the image). Unset by
+# default, so pip uses PyPI. They stay in this stage: the runtime stage copies only the venv
+# and the config.
+ARG PIP_NO_INDEX
+ARG PIP_FIND_LINKS
 # Every dependency ships manylinux wheels, so no compiler is needed here. An sdist-only
 # dependency would need build-essential in this stage only.
 RUN python -m venv /opt/ipxbridge
@@ -32,7 +43,7 @@ RUN /opt/ipxbridge/bin/pip install /src \
     && /opt/ipxbridge/bin/ipxbridge print-default-config > /rootfs/etc/ipxbridge/config.yaml \
     && /opt/ipxbridge/bin/ipxbridge check-config /rootfs/etc/ipxbridge/config.yaml
 
-FROM python:3.12-slim-bookworm
+FROM ${BASE}
 LABEL org.opencontainers.image.title="ipxbridge" \
       org.opencontainers.image.description="IPX-over-UDP bridge, DirectPlay game list and LAN broadcast relay (host networking)" \
       org.opencontainers.image.licenses="MIT"

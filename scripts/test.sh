@@ -9,10 +9,12 @@ cd "$(dirname "$0")/.."
 # setpriv (util-linux) for capability tests, tshark as an independent decoder, wireguard-go
 # for a real userspace VPN, nftables for the relay fast path, promtool (prometheus), and
 # headless chromium to look at the status page as a person would; docker-compose, shellcheck
-# and systemd-analyze to check the deployment files (there is no Docker engine to build with).
+# and systemd-analyze to check the deployment files; podman, buildah, runc and debootstrap to
+# build the container image on a local Debian base and run it (tests/integration/
+# test_container.py; there is no Docker engine or registry, docker-compose talks to podman).
 APT_PACKAGES=(
     dosbox iproute2 util-linux tshark tcpdump wireguard-go wireguard-tools nftables
-    prometheus chromium docker-compose shellcheck systemd
+    prometheus chromium docker-compose shellcheck systemd podman buildah runc debootstrap
 )
 PYTHON=${PYTHON:-python3}
 
