@@ -132,25 +132,17 @@ def _plan_one(
 
 
 def segment_for_source(plans: Sequence[PortPlan], kind: PortKind, ip: str) -> Segment | None:
-    """The port of ``kind`` a UDP datagram from ``ip`` arrived on, if any.
+    """The port of ``kind`` a UDP datagram from ``ip`` arrived on, if any (one question).
 
     That is the port whose on-link prefix or p2p peers hold ``ip`` (IPXWrapper itself accepts
-    only such sources, protocols.md 6).
+    only such sources, protocols.md 6). The rule is ``SourceIndex``'s; a port asks it for
+    every datagram.
     """
-    try:
-        address = ipaddress.IPv4Address(ip)
-    except ValueError:
-        return None
-    for plan in plans:
-        if plan.segment.kind is not kind:
-            continue
-        if ip in plan.peers or any(address in ipaddress.IPv4Network(net) for net in plan.networks):
-            return plan.segment
-    return None
+    return SourceIndex(plans, kind)(ip)
 
 
 class SourceIndex:
-    """``segment_for_source`` for every datagram of a port kind, precomputed and cached.
+    """Which port of a kind a UDP source belongs to, for every datagram: precomputed, cached.
 
     The networks are parsed once per plan, and answers are remembered per source address
     (bounded: a flood of spoofed sources only churns the cache).
@@ -173,7 +165,7 @@ class SourceIndex:
         return bool(self._entries)
 
     def __call__(self, ip: str) -> Segment | None:
-        """The port a datagram from ``ip`` arrived on, or None."""
+        """The port whose on-link prefix or p2p peers hold ``ip``, or None."""
         cache = self._cache
         if ip in cache:
             return cache[ip]
