@@ -50,7 +50,7 @@ from ipxbridge.wire.ethernet import (
     max_ipx_len,
     parse_frame,
 )
-from ipxbridge.wire.ipx import BROADCAST_NODE, PACKET_TYPE_COALESCED
+from ipxbridge.wire.ipx import BROADCAST_NODE, is_coalesced_packet
 from ipxbridge.wire.ipxwrapper import (
     IPXWRAPPER_UDP_PORT,
     build_ipxwrapper,
@@ -92,11 +92,6 @@ class Sink(Protocol):
         label: tuple[str, str] | None = None,
     ) -> Decision: ...
     def reject(self, kind: str, interface: str, size: int, reason: str) -> None: ...  # noqa: D102
-
-
-def _is_coalesced(packet: bytes) -> bool:
-    # protocols.md 6: source socket 0 (offset 28) and packet type 2 (offset 5).
-    return packet[5] == PACKET_TYPE_COALESCED and packet[28:30] == b"\x00\x00"
 
 
 def _count_error(counters: IpxCounters, exc: OSError) -> None:
@@ -220,7 +215,7 @@ class EthernetPort:
 
     def send(self, packet: bytes, dst_node: bytes) -> None:
         """Put one IPX packet on the segment (in each framing it needs)."""
-        if _is_coalesced(packet):
+        if is_coalesced_packet(packet):
             for inner in unpack_coalesced(memoryview(packet)[30:]):
                 self.send(inner, inner[10:16])
             return
@@ -326,7 +321,7 @@ class Rfc1234Port(_UdpPort):
 
     def send(self, packet: bytes, dst_node: bytes) -> None:
         """Send one IPX packet to the segment's hosts (a batch is unpacked, module doc)."""
-        if _is_coalesced(packet):
+        if is_coalesced_packet(packet):
             for inner in unpack_coalesced(memoryview(packet)[30:]):
                 self._send_datagram(inner, inner[10:16])
             return

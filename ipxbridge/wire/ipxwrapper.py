@@ -246,9 +246,6 @@ def ipx_to_ipxwrapper(datagram: bytes | memoryview) -> IpxWrapperPacket:
     )
 
 
-# Offsets inside a Novell IPX header (protocols.md 3.1) that the batch walk reads.
-_TYPE_AT: Final = 5
-_SRC_SOCKET_AT: Final = 28
 _MAGIC_TYPES: Final = frozenset(int(m) for m in IpxWrapperMagic)
 
 
@@ -294,8 +291,10 @@ def unpack_coalesced(data: bytes | memoryview) -> list[bytes]:
             raise IpxWrapperError(
                 "bad_checksum", f"inner packet at offset {offset} has checksum 0x{checksum:04x}"
             )
-        src_socket = int.from_bytes(view[offset + _SRC_SOCKET_AT : offset + ipx.HEADER_LEN], "big")
-        if src_socket == 0 and view[offset + _TYPE_AT] in _MAGIC_TYPES:
+        src_socket = int.from_bytes(
+            view[offset + ipx.SRC_SOCKET_OFFSET : offset + ipx.HEADER_LEN], "big"
+        )
+        if src_socket == 0 and view[offset + ipx.TYPE_OFFSET] in _MAGIC_TYPES:
             # IPXWrapper batches what applications send, and no application sends from
             # socket 0: a batch (or lookup) inside a batch is forged. Refusing it keeps one
             # datagram from unfolding twice.
