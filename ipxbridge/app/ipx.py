@@ -84,7 +84,6 @@ class IpxService:
         # Interface ports (issue 13).
         self._interfaces = ipx_interfaces(config)
         self.watcher: TopologyWatcher | None = None
-        self.plans: dict[Segment, PortPlan] = {}
         self.skipped: tuple[Skipped, ...] = ()
         self._ipxwrapper: IpxWrapperSocket | None = None
         self._wg = WireGuardPeers(self._wireguard_names, self._replan, what="IPX interface ports")
@@ -97,6 +96,13 @@ class IpxService:
     def enabled(self) -> bool:
         """Whether the tunnel is configured to run."""
         return self.config.ipx.listen != "off"
+
+    @property
+    def plans(self) -> dict[Segment, PortPlan]:
+        """The plan of every open interface port (each port holds its own)."""
+        if self.endpoint is None:
+            return {}
+        return {segment: port.plan for segment, port in self.endpoint.segments.items()}
 
     async def start(self) -> None:
         """Resolve the peers, bind the socket and start switching."""
@@ -251,7 +257,6 @@ class IpxService:
                 opened = True
             elif plan != port.plan:
                 port.plan = plan  # a UDP port: new addresses or peers, same socket
-                self.plans[segment] = plan
         self.skipped = skipped + tuple(failed)
         own = frozenset(a.address for i in topology.interfaces for a in i.addresses)
         udp_plans = tuple(p for p in self.plans.values() if p.segment.kind is PortKind.RFC1234)
@@ -293,13 +298,11 @@ class IpxService:
             port = Rfc1234Port(plan, endpoint.sock, endpoint.address[1], self.counters)
         self._open_errors.pop(segment, None)
         endpoint.segments[segment] = port
-        self.plans[segment] = plan
         endpoint.switch.add_segment(segment)
         return ""
 
     def _close_port(self, segment: Segment) -> None:
         endpoint = self.endpoint
-        self.plans.pop(segment, None)
         if endpoint is None:
             return
         port = endpoint.segments.pop(segment, None)

@@ -7,8 +7,11 @@ port, open or not and why.
 
 import re
 
+import pytest
+
 from ipxbridge.app import Bridge
 from ipxbridge.app.http import ipx_port_rows
+from ipxbridge.app.ipx import IpxService
 from ipxbridge.config import load_config
 from ipxbridge.obs.status import render_status
 from ipxbridge.policy.ipx_ports import PortPlan, Skipped
@@ -142,7 +145,7 @@ def test_port_rows_count_stations_and_bridges_from_the_switch() -> None:
     assert lonely[0]["detail"] == "no peers known: nothing sent"
 
 
-def test_status_data_carries_the_ipx_service_ports() -> None:
+def test_status_data_carries_the_ipx_service_ports(monkeypatch: pytest.MonkeyPatch) -> None:
     """``HttpService.status_data`` hands the page the IPX service's plan and skipped ports."""
     config = load_config(
         None,
@@ -153,7 +156,9 @@ def test_status_data_carries_the_ipx_service_ports() -> None:
         },
     )
     bridge = Bridge(config)  # not started: no endpoint, so no counts from a switch
-    bridge.ipx.plans = {ETH0: plan(ETH0, framing="802.3")}
+    # The plans of the open ports (IpxService.plans reads them from the open ports).
+    opened = {ETH0: plan(ETH0, framing="802.3")}
+    monkeypatch.setattr(IpxService, "plans", property(lambda _self: opened))
     bridge.ipx.skipped = (Skipped("eth1", PortKind.ETHERNET, "no CAP_NET_RAW"),)
     data = bridge.http.status_data()
     assert data["ipx_ports_configured"] is True
