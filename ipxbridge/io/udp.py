@@ -213,10 +213,10 @@ class IpxEndpoint:
                 label = _PEER
             elif udp_segments and addr not in clients:
                 segment = switch.udp_segment_for(addr[0])
-                if segment is not None:
-                    label = (segment.kind, segment.interface)
-                    port = self.segments.get(segment)
-                    if isinstance(port, Rfc1234Port) and decision.header is not None:
+                port = self.segments.get(segment) if segment is not None else None
+                if isinstance(port, Rfc1234Port):
+                    label = port.label
+                    if decision.header is not None:
                         port.links.learn(decision.header.src_node, addr)
             counters.port_received[label] += 1
             apply(decision, data, label, addr, now, started)
