@@ -7,9 +7,7 @@ installs and counter reads, and the removal of a table an earlier run left (R18)
 """
 
 import asyncio
-import copy
 import logging
-from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack
@@ -184,7 +182,7 @@ class RelayService:
         if self.relay is None:
             return
         self._selections = selections(config)
-        self.relay.set_window(config.relay.dedup_window)
+        self.relay.policy.set_window(config.relay.dedup_window)
         if self.watcher is not None:
             self.plan = None  # log the plan again
             self._on_topology(self.watcher.topology)  # new selections may name new peers
@@ -326,12 +324,7 @@ class RelayService:
         """Relay numbers for the metrics (Python copies plus the kernel's)."""
         if self.relay is None:
             return RelaySnapshot()
-        # A copy taken under the relay's lock: its lanes count from their own threads.
-        with self.relay.lock:
-            c = copy.copy(self.counters)
-            for name in ("dropped", "copies", "send_errors", "received_by_ifindex"):
-                setattr(c, name, Counter(getattr(c, name)))
-            c.flows_evicted, c.flows_refused = Counter(c.flows_evicted), Counter(c.flows_refused)
+        c = self.counters
         copies = dict(c.copies)
         for name, n in self._fastpath.copies.items():
             copies[name] = copies.get(name, 0) + n
@@ -375,7 +368,6 @@ class RelayService:
             return_sockets=returns,
             flow_evictions=dict(c.flows_evicted),
             flows_refused=dict(c.flows_refused),
-            uninspected=c.uninspected,
         )
 
     def interfaces_json(self) -> list[dict[str, Any]]:

@@ -45,13 +45,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from ipxbridge.policy.dplay_inspect import INSPECT_PPS
 from ipxbridge.policy.relay import DSCP_MARK, INVALID_SOURCES, Egress
 from ipxbridge.wire.directplay import DP8_QUERY_LEAD, SIGNATURE, SIGNATURE_OFFSET
 
 logger = logging.getLogger(__name__)
 
 TABLE: Final = "ipxbridge"
+INSPECT_PPS: Final = 5000  # originals per second and ingress handed to the inspector
 # Comments of the ruleset's drop counters: reasons a datagram on a relay port never reaches
 # the bridge's socket (ipxbridge_fastpath_dropped_packets_total, exported at 0 from the
 # start). Any other commented rule that drops is reported under its comment as well.

@@ -37,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
-from ipxbridge.io.relay_lane import IP_PKTINFO
+from ipxbridge.io.relay import IP_PKTINFO
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.policy.ipx_ports import PortPlan
 from ipxbridge.policy.switch import Decision, Outcome, PortKind, Segment

@@ -98,8 +98,6 @@ class RelayCounters:
     replies: int = 0  # host -> player datagrams through the flow table (rewrite mode)
     flows_evicted: Counter[str] = field(default_factory=Counter)  # policy/flows.py reasons
     flows_refused: Counter[str] = field(default_factory=Counter)  # policy/flows.py reasons
-    # relayed or dropped without the inspector's look: past INSPECT_PPS, or its queue full
-    uninspected: int = 0
 
     def balanced(self) -> bool:
         """True when every received datagram has exactly one recorded outcome."""

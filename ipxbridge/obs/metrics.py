@@ -60,7 +60,6 @@ class RelaySnapshot:
     return_sockets: int = 0
     flow_evictions: dict[str, int] = field(default_factory=dict)
     flows_refused: dict[str, int] = field(default_factory=dict)
-    uninspected: int = 0  # relayed by Python past the inspection rate (INSPECT_PPS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,15 +183,6 @@ class BridgeCollector(Collector):
             for reason, n in sorted(relay.fastpath_dropped.items()):
                 fastpath.add_metric([reason], n)
         yield fastpath
-
-        uninspected = CounterMetricFamily(
-            "ipxbridge_relay_uninspected_packets",
-            "Datagrams the Python relay path handled without the DirectPlay inspector's look:"
-            " past the inspection rate per ingress (as the fast path's), or its queue full.",
-        )
-        if relay.enabled:
-            uninspected.add_metric([], relay.uninspected)
-        yield uninspected
 
         flows = GaugeMetricFamily(
             "ipxbridge_relay_flows",

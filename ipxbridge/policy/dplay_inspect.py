@@ -69,10 +69,6 @@ DP8_LABELS: Final = frozenset(
 )
 # EnumSessionsReply, PACKET and PACKET2_DATA ([MC-DPL4CS] 2.2; protocols.md 1.3)
 DECODED_DP4: Final = frozenset({0x01, 0x15, 0x30})
-# Relayed broadcasts per second and ingress handed to the inspector, on the kernel fast path
-# (an nft limit, io/nftables.py) and the Python path (io/relay_lane.py) alike; past it a
-# datagram is still relayed and counted as uninspected, so a flood never slows the fan-out.
-INSPECT_PPS: Final = 5000
 TRANSPORT_LABEL: Final = {"ipx": "ipx", "udp": "dp4-udp", "tcp": "dp4-tcp"}
 
 

@@ -69,7 +69,6 @@ Pure: ``now`` is passed in.
 """
 
 import ipaddress
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -113,17 +112,13 @@ RELAY_DROP_REASONS: Final = (
 )
 # Reasons the relay's I/O gives (io/relay.py) around the decision: a truncated read; the
 # rewrite-mode flow table full, or a stranger writing to a return socket; no flow socket for
-# any copy; a source over its fair share of a relay port's backlog (R13); more work handed
-# to the event loop than it has taken (a flood of new players in rewrite mode); a datagram a
-# bug kept from being handled (logged with its traceback).
+# any copy; a source over its fair share of a relay port's backlog (R13).
 RELAY_IO_DROP_REASONS: Final = (
     "truncated",
     "flow_limit",
     "return_not_player",
     "flow_refused",
     "fair_share",
-    "loop_backlog",
-    "internal_error",
 )
 # Rule 4: sources no host sends from ("this network", loopback, multicast + class E + the
 # limited broadcast). io/nftables.py puts the same prefixes in the fast path's rules.
@@ -221,22 +216,6 @@ class Copy:
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
-    """What rules 1 to 4 and 10 say of one (source, destination, ingress).
-
-    A drop reason, or where the copies go, as (egress, destination address) pairs.
-    """
-
-    drop_reason: str | None
-    ingress: int
-    targets: tuple[tuple[Egress, str], ...] = ()
-
-
-# (drop reason, payload to copy, DirectPlay kind, SOCKADDR rewritten): RelayPolicy.judge
-Judgement = tuple[str | None, bytes, DPlayKind | None, bool]
-
-
-@dataclass(frozen=True, slots=True)
 class RelayDecision:
     """What to do with one received datagram."""
 
@@ -272,7 +251,7 @@ class EnumerationLimit:
     burst: int
     max_sources: int
     # source -> (tokens, when last topped up); insertion order = least recently seen first
-    _buckets: OrderedDict[str, tuple[float, float]] = field(default_factory=OrderedDict)
+    _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self._buckets)
@@ -287,7 +266,7 @@ class EnumerationLimit:
         allowed = tokens >= 1
         buckets[source] = (tokens - 1 if allowed else tokens, updated)
         if len(buckets) > self.max_sources:
-            buckets.popitem(last=False)  # O(1), unlike a dict's front (policy/dedup.py)
+            del buckets[next(iter(buckets))]
         return allowed
 
 
@@ -302,7 +281,7 @@ class RelayPolicy:
         self._any_bcast: frozenset[str] = frozenset()
         self._on_link: dict[int, tuple[ipaddress.IPv4Network, ...]] = {}
         # (ingress, source IP) -> rule 4's verdict; bounded, oldest first out, reset per plan
-        self._sources: OrderedDict[tuple[int, str], str | None] = OrderedDict()
+        self._sources: dict[tuple[int, str], str | None] = {}
         self._loops = LoopFilter(settings.dedup_window, settings.dedup_max_entries)
         self._enums = EnumerationLimit(
             settings.enum_rate, settings.enum_burst, settings.enum_sources
@@ -339,7 +318,7 @@ class RelayPolicy:
             e.index: tuple(ipaddress.IPv4Network(n, strict=False) for n in e.networks)
             for e in egresses
         }
-        self._sources = OrderedDict()
+        self._sources = {}
 
     def is_own(self, ip: str) -> bool:
         """Rule 2's test alone: ``ip`` is an address of this box (its own copies, looped back).
@@ -371,94 +350,8 @@ class RelayPolicy:
                 reason = None
         cache[key] = reason
         if len(cache) > SOURCE_CACHE:
-            cache.popitem(last=False)
+            del cache[next(iter(cache))]
         return reason
-
-    def route(self, src: tuple[str, int], dst_ip: str, ingress: int) -> Route:
-        """Rules 1 to 4 and the targets of rule 10: what no payload, TTL or clock changes.
-
-        Stale after ``set_plan``: the receive path caches routes per source and packet info
-        (io/relay_lane.py) and forgets them with every new plan.
-        """
-        egress_in = self._egresses.get(ingress)
-        if egress_in is None:
-            return Route("not_selected", ingress)
-        if src[0] in self._own:
-            return Route("own_packet", ingress)
-        if (
-            dst_ip != LIMITED_BROADCAST
-            and dst_ip not in self._ingress_bcast.get(ingress, frozenset())
-            and not (egress_in.role == "p2p" and dst_ip == egress_in.address)
-        ):
-            return Route("not_broadcast", ingress)
-        bad_source = self._source_reason(egress_in, src[0])
-        if bad_source is not None:
-            return Route(bad_source, ingress)
-        if src[1] == 0:
-            return Route("source_port_zero", ingress)
-        targets: list[tuple[Egress, str]] = []
-        for egress in self._egresses.values():
-            if egress.index == ingress:
-                continue
-            if egress.role == "lan":
-                if egress.broadcast:
-                    targets.append((egress, egress.broadcast))
-            else:
-                targets.extend((egress, peer) for peer in egress.peers)
-        return Route(None, ingress, tuple(targets))
-
-    def judge(  # noqa: PLR0917 - per datagram: no keyword parsing
-        self,
-        route: Route,
-        payload: bytes,
-        src_ip: str,
-        dst_port: int,
-        ttl: int,
-        tos: int,
-        now: float,
-    ) -> Judgement:
-        """Rules 6 to 9, then rule 10's ``no_destination``, when Python makes the copies.
-
-        For a datagram whose ``route`` has no drop reason (and not ``kernel_fanout``).
-        Positional arguments and a tuple back: it runs for every datagram the relay copies.
-
-        Returns:
-            (drop reason or None, the payload to copy (rewritten by rule 8), its DirectPlay
-            kind when classified, whether the SOCKADDR was rewritten).
-        """
-        loops = self._loops
-        marked = tos >> 2 == self.settings.dscp_mark
-        # Rule 6: a marked copy is at least one relay away from its original.
-        if loops.is_loop_copy(hash((dst_port, payload)), ttl - 1 if marked else ttl, now):
-            return "duplicate", payload, None, False
-        if ttl <= 1:
-            return "ttl_expired", payload, None, False
-        # With the port's DirectPlay 8 context, so this is the kind the inspector needs too
-        # (the context only adds DP8 session frames, after every kind tested below).
-        kind = classify(payload, dp8_context=is_dp8_port(dst_port))
-        enumeration = kind is DPlayKind.DP8_ENUM_QUERY
-        rewritten = False
-        if kind is DPlayKind.DP4:
-            address, command = peek_dp4(payload)  # classify() saw the 24 bytes it needs
-            if address not in (_ANY, src_ip):
-                return "dp4_sockaddr_mismatch", payload, kind, False  # rule 7
-            enumeration = command == DP4Command.ENUMSESSIONS
-            if address == _ANY and self.settings.source_mode is SourceMode.REWRITE:
-                # The host would answer the packet's source: the bridge. Name the player.
-                try:
-                    payload = rewrite_sockaddr(payload, src_ip)
-                except DPlayError:
-                    # classify() checked the token and 'play' only; the SOCKADDR's family and
-                    # sin_zero are checked here (protocols.md 1.2). Rule 8: drop, not mislead.
-                    return "bad_sockaddr", payload, kind, False
-                rewritten = True
-        if enumeration and not self._enums.allow(src_ip, now):
-            return "enum_rate", payload, kind, False
-        if rewritten:
-            loops.remember(hash((dst_port, payload)), ttl, now)
-        if not route.targets:
-            return "no_destination", payload, kind, False
-        return None, payload, kind, rewritten
 
     def decide(
         self,
@@ -472,34 +365,80 @@ class RelayPolicy:
         now: float,
         tos: int = 0,
     ) -> RelayDecision:
-        """Decide the copies for one datagram received on a relay port (every rule).
-
-        ``route`` then ``judge``, with rule 5 between them; the relay's receive path calls
-        those two itself, with the route cached.
+        """Decide the copies for one datagram received on a relay port.
 
         Raises:
             Nothing for any ``payload``, ``src``, ``ttl`` or ``tos`` (module docstring).
         """
-        route = self.route(src, dst_ip, ingress)
-        if route.drop_reason is not None:
-            return RelayDecision(route.drop_reason)
+        egress_in = self._egresses.get(ingress)
+        if egress_in is None:
+            return RelayDecision("not_selected")
+        if src[0] in self._own:
+            return RelayDecision("own_packet")
+        if (
+            dst_ip != LIMITED_BROADCAST
+            and dst_ip not in self._ingress_bcast.get(ingress, frozenset())
+            and not (egress_in.role == "p2p" and dst_ip == egress_in.address)
+        ):
+            return RelayDecision("not_broadcast")
+        bad_source = self._source_reason(egress_in, src[0])
+        if bad_source is not None:
+            return RelayDecision(bad_source)
+        if src[1] == 0:
+            return RelayDecision("source_port_zero")
         settings = self.settings
+        marked = tos >> 2 == settings.dscp_mark
         if settings.kernel_fanout:
             # Mirrors the nft rules: marked copies and TTL <= 1 were not fanned out, and
             # DirectPlay is left to the rules below (rule 5).
-            if tos >> 2 == settings.dscp_mark:
+            if marked:
                 return RelayDecision("marked_copy")
             if ttl <= 1:
                 return RelayDecision("ttl_expired")
             if not kernel_hands_over(payload):
                 return RelayDecision(None)  # the kernel made the copies
-        reason, payload, kind, rewritten = self.judge(
-            route, payload, src[0], dst_port, ttl, tos, now
-        )
-        if reason is not None:
-            return RelayDecision(reason, kind=kind)
-        copies = tuple(Copy(egress, dst, payload, ttl - 1) for egress, dst in route.targets)
-        return RelayDecision(None, copies, rewritten, kind)
+        loops = self._loops
+        # Rule 6: a marked copy is at least one relay away from its original.
+        if loops.is_loop_copy(hash((dst_port, payload)), ttl - 1 if marked else ttl, now):
+            return RelayDecision("duplicate")
+        if ttl <= 1:
+            return RelayDecision("ttl_expired")
+        # With the port's DirectPlay 8 context, so this is the kind the inspector needs too
+        # (the context only adds DP8 session frames, after every kind tested below).
+        kind = classify(payload, dp8_context=is_dp8_port(dst_port))
+        enumeration = kind is DPlayKind.DP8_ENUM_QUERY
+        rewritten = False
+        if kind is DPlayKind.DP4:
+            address, command = peek_dp4(payload)  # classify() saw the 24 bytes it needs
+            if address not in (_ANY, src[0]):
+                return RelayDecision("dp4_sockaddr_mismatch", kind=kind)  # rule 7
+            enumeration = command == DP4Command.ENUMSESSIONS
+            if address == _ANY and settings.source_mode is SourceMode.REWRITE:
+                # The host would answer the packet's source: the bridge. Name the player.
+                try:
+                    payload = rewrite_sockaddr(payload, src[0])
+                except DPlayError:
+                    # classify() checked the token and 'play' only; the SOCKADDR's family and
+                    # sin_zero are checked here (protocols.md 1.2). Rule 8: drop, not mislead.
+                    return RelayDecision("bad_sockaddr", kind=kind)
+                rewritten = True
+        if enumeration and not self._enums.allow(src[0], now):
+            return RelayDecision("enum_rate", kind=kind)
+        if rewritten:
+            loops.remember(hash((dst_port, payload)), ttl, now)
+        out_ttl = ttl - 1
+        copies: list[Copy] = []
+        for egress in self._egresses.values():
+            if egress.index == ingress:
+                continue
+            if egress.role == "lan":
+                if egress.broadcast:
+                    copies.append(Copy(egress, egress.broadcast, payload, out_ttl))
+            else:
+                copies.extend(Copy(egress, peer, payload, out_ttl) for peer in egress.peers)
+        if not copies:
+            return RelayDecision("no_destination", kind=kind)
+        return RelayDecision(None, tuple(copies), rewritten, kind)
 
     def set_window(self, seconds: float) -> None:
         """Change the loop-detection window (configuration reload)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ipxbridge.io.relay_lane import build_ip_udp
+from ipxbridge.io.relay import build_ip_udp
 from ipxbridge.wire.directplay import (
     DP8EnumQuery,
     build_dp8_enum_query,
