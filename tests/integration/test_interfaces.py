@@ -253,6 +253,9 @@ def test_interfaces_prints_the_plan_the_relay_executes(
         ready=rf"relaying between: .*lan0.*br0.*{wg_name}",
     )
     try:
+        # The relay logs its plan before the HTTP API listens: wait for that too (this read
+        # was refused once in CI, the API not yet up).
+        bridge.wait_for(r"HTTP API on http://", 10)
         relayed = api_interfaces(net, box)
         log = bridge.log()
     finally:
