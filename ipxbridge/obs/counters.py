@@ -35,6 +35,7 @@ class IpxCounters:
         "received_bytes",
         "recv_errors",
         "send_errors",
+        "table_evictions",
     )
 
     def __init__(self) -> None:
@@ -58,6 +59,9 @@ class IpxCounters:
         self.port_copies: Counter[tuple[str, str]] = Counter()
         # Copies a port could not carry, by (kind, interface, reason): frame_too_large.
         self.copies_dropped: Counter[tuple[str, str, str]] = Counter()
+        # Entries pushed out of a bounded table, by (table, reason): learned nodes, framings,
+        # bridges heard on a segment, port links (docs/threat-model.md: bounded tables).
+        self.table_evictions: Counter[tuple[str, str]] = Counter()
 
     @property
     def dropped_total(self) -> int:

@@ -399,6 +399,16 @@ def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
     for (kind, iface, reason), n in sorted(counters.copies_dropped.items()):
         dropped.add_metric([kind, iface, reason], n)
     yield dropped
+    evicted = CounterMetricFamily(
+        "ipxbridge_table_evictions",
+        "Entries pushed out of a bounded table of the IPX switch or its ports, by table and"
+        " reason (unproven: never heard twice a second apart; proven: the table was full of"
+        " proven entries; expired entries are not counted).",
+        labels=["table", "reason"],
+    )
+    for (table, reason), n in sorted(counters.table_evictions.items()):
+        evicted.add_metric([table, reason], n)
+    yield evicted
     up = GaugeMetricFamily(
         "ipxbridge_ipx_port_up",
         "1 for an open interface port, 0 for one selected that could not be opened.",
