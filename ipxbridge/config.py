@@ -74,7 +74,8 @@ ipx:
   # can reach. Others are dropped and counted as not_allowed.
   clients_allow: []
   # Loop protection between bridges: copies arriving via another port within this window
-  # are dropped; identical packets via the same port always pass.
+  # are dropped; identical packets via the same port pass, but never leave by one port
+  # more than once in 0.25 s (the bound that also stops loops without a hop count).
   dedup_window: 2.0
   # Never relay NetBIOS/SMB/NCP/SAP/RIP/SNMP sockets (file sharing, not games).
   filter_sockets: true
@@ -90,6 +91,12 @@ ipx:
   #     - name: wg0
   #       kinds: [ipxwrapper]
   interfaces: []
+  # Two bridges on one segment agree who puts what there with beacons. Without a key a
+  # bridge believes another's beacon only when that bridge is its RFC 1234 peer and says
+  # so over the peer link (else both forward: a duplicate, never a loop or silence). With
+  # the same secret in a file on every bridge (at least 16 bytes, e.g. from
+  # "head -c 32 /dev/urandom > key"), beacons are signed and checked.
+  bridge_key_file: ""
 relay:
   # Interfaces whose broadcasts are re-sent on each other: names, globs ("wg*") or CIDRs.
   # role: lan = subnet broadcast; p2p = a unicast copy to each peer (WireGuard, tun);
@@ -294,6 +301,8 @@ class IpxSection(_Model):
     )
     # Interface ports (native Ethernet, IPXWrapper, RFC 1234 segments); empty = none.
     interfaces: tuple[IpxInterface, ...] = ()
+    # The beacons' shared secret (policy/switch.py rule 8); "" = beacons unsigned.
+    bridge_key_file: str = ""
 
     @field_validator("listen")
     @classmethod

@@ -13,7 +13,9 @@ import asyncio
 import errno
 import logging
 import os
-from typing import Any
+import time
+from pathlib import Path
+from typing import Any, Final
 
 from ipxbridge import __version__
 from ipxbridge.app.wgpeers import WireGuardPeers
@@ -39,6 +41,33 @@ from ipxbridge.policy.topology import Topology
 from ipxbridge.wire.ipxwrapper import IPXWRAPPER_UDP_PORT
 
 logger = logging.getLogger(__name__)
+
+MIN_KEY_BYTES: Final = 16  # a shorter shared secret is guessable
+
+
+def read_bridge_key(path: str) -> bytes | None:
+    """The beacons' shared secret from ``ipx.bridge_key_file`` ("" = none).
+
+    Raises:
+        StartupError: the file cannot be read or is too short to be a secret.
+    """
+    if not path:
+        return None
+    try:
+        key = Path(path).read_bytes().strip()
+    except OSError as exc:
+        raise StartupError(f"ipx.bridge_key_file {path}: {exc.strerror}") from None
+    if len(key) < MIN_KEY_BYTES:
+        raise StartupError(
+            f"ipx.bridge_key_file {path}: {len(key)} bytes; at least {MIN_KEY_BYTES} are needed"
+            " (e.g. head -c 32 /dev/urandom > FILE, the same file on every bridge)"
+        )
+    return key
+
+
+def _wall_ms() -> int:
+    """Beacon sequence numbers: wall-clock ms keep increasing across restarts (rule 8)."""
+    return time.time_ns() // 1_000_000
 
 
 def ipx_interfaces(config: Config) -> tuple[IpxInterface, ...]:
@@ -117,6 +146,7 @@ class IpxService:
             except ValueError as exc:
                 raise StartupError(f"peer {text}: {exc}") from None
         listen = parse_host_port(ipx.listen)
+        key = read_bridge_key(ipx.bridge_key_file)
         sock = open_udp_socket(listen.host, listen.port)
         switch = IpxSwitch(
             switch_settings(self.config),
@@ -124,6 +154,9 @@ class IpxService:
             make_server_node_lookup(sock),
             os.urandom,  # probe nonces must be unguessable (policy/switch.py rule 2)
             bridge_id=os.urandom(6),
+            beacon_key=key,
+            beacon_clock=_wall_ms,
+            evictions=self.counters.table_evictions,
         )
         self.endpoint = IpxEndpoint(
             self._loop, sock, switch, self.counters, self.inspector, latency=self.latency
@@ -170,6 +203,10 @@ class IpxService:
             except ValueError as exc:
                 logger.warning("reload: peer %s: %s (left out)", text, exc)
         self.endpoint.switch.reconfigure(switch_settings(config), tuple(peers))
+        try:
+            self.endpoint.switch.set_beacon_key(read_bridge_key(config.ipx.bridge_key_file))
+        except StartupError as exc:
+            logger.warning("reload: %s (the beacons keep the key they had)", exc)
         interfaces = ipx_interfaces(config)
         if interfaces != self._interfaces:
             self._interfaces = interfaces

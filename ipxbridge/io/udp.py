@@ -278,6 +278,8 @@ class IpxEndpoint:
             self._send_many(packet, decision.targets)
             if decision.held:
                 counters.held_unverified += decision.held
+            if decision.repeats:
+                counters.held_repeat += decision.repeats
         elif outcome is Outcome.CONTROL:
             counters.control += 1
             counters.port_outcomes[(*label, "control", "")] += 1
@@ -285,6 +287,7 @@ class IpxEndpoint:
             counters.dropped[decision.detail] += 1
             counters.port_outcomes[(*label, "dropped", decision.detail)] += 1
             counters.held_unverified += decision.held
+            counters.held_repeat += decision.repeats
             debug = addr is not None and logger.isEnabledFor(logging.DEBUG)
             if debug and addr is not None and self._drop_log.allow(now):
                 logger.debug("drop %s from %s:%d", decision.detail, addr[0], addr[1])

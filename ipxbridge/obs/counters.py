@@ -27,6 +27,7 @@ class IpxCounters:
         "dropped",
         "forward_kinds",
         "forwarded",
+        "held_repeat",
         "held_unverified",
         "port_copies",
         "port_outcomes",
@@ -48,6 +49,8 @@ class IpxCounters:
         self.recv_errors = 0
         # Copies not sent to unverified clients over their budget (policy/switch.py rule 2).
         self.held_unverified = 0
+        # Copies not sent: that port had the same packet within the window (switch rule 9).
+        self.held_repeat = 0
         self.dropped: Counter[str] = Counter()
         self.forward_kinds: Counter[str] = Counter()
         self.send_errors: Counter[str] = Counter()

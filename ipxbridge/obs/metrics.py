@@ -233,10 +233,12 @@ class BridgeCollector(Collector):
         held = CounterMetricFamily(
             "ipxbridge_held_copies",
             "Copies not sent, by path and reason (unverified_budget: a client that has not yet"
-            " sent anything since registering is over its budget).",
+            " sent anything since registering is over its budget; egress_repeat: that port"
+            " had the same packet within the last 0.25 s, the loop bound).",
             labels=["path", "reason"],
         )
         held.add_metric(["ipx", "unverified_budget"], ipx.held_unverified)
+        held.add_metric(["ipx", "egress_repeat"], ipx.held_repeat)
         yield held
 
         errors = CounterMetricFamily(

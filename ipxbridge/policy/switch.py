@@ -43,12 +43,13 @@ Rules, in the order they are applied:
    locally; broadcast pings are also forwarded so every other client answers.
 5. Sockets of the configured filter (file sharing and management) are never relayed.
 6. Loop copies are suppressed (``dedup.DuplicateFilter``); a node behind a peer or segment
-   is learned from the first copy only, never from a loop copy. The hop count is incremented
-   on every forward. A packet from an RFC 1234 peer reaching 16 is discarded (``hop_limit``, the
-   IPX routing rule that ends loops between bridges). A DOSBox-protocol client's hop byte is
-   taken as 0: DOSBox never writes it, so it holds whatever the DOS program left there, and a
-   program answering from its receive buffer sends back the count it received (protocols.md
-   4.1). Judging it would drop real games after a few round trips.
+   is learned from the first copy only, never from a loop copy (see the tables below). The
+   hop count is incremented on every forward. A packet from an RFC 1234 peer reaching 16 is
+   discarded (``hop_limit``, the IPX routing rule that ends loops between bridges). A
+   DOSBox-protocol client's hop byte is taken as 0: DOSBox never writes it, so it holds
+   whatever the DOS program left there, and a program answering from its receive buffer
+   sends back the count it received (protocols.md 4.1). Judging it would drop real games
+   after a few round trips.
 7. Broadcast goes to every port except the ingress; unicast to the port that owns the node.
    A unicast to an unknown node goes only to RFC 1234 peers (which may own it), marked
    ``flooded``, and never to DOSBox-protocol clients: a DOSBox client does not check the
@@ -63,19 +64,50 @@ byte counts (native stacks send 0, protocols.md 3.1), except on IPXWrapper's UDP
 has no hop field. The I/O layer turns a segment target into frames or datagrams.
 
 8. Two bridges on one segment must not both put a packet on it. Every bridge sends a beacon
-   (``wire.ipx.build_beacon``: its random bridge id and the identities of its peers) on each
-   segment and to each peer every ``BEACON_INTERVAL``; a bridge seen on a segment within
-   ``BEACON_TTL`` *shares* it. A packet that arrived from a peer P is sent to a segment S
-   only if P does not share S (else P put it there itself) and, of the bridges on S that
-   have P as a peer, this one has the lowest id (each of them got the packet from P; one
-   puts it on S). Packets from a bridge's own clients and segments go to every other
-   segment. Beacons are consumed (``beacon``), never forwarded. Identical copies of one
-   packet that arrive on different ports, or on one Ethernet segment in different framings,
-   are duplicates (rule 6).
+   (``wire.ipx.build_beacon``: its random bridge id, the random *tag* of that segment, whose
+   first byte names the port kind, and its peers) on each segment, and one to each peer that
+   declares the tags of all its segments, every ``BEACON_INTERVAL``. A bridge heard on a
+   segment within ``BEACON_TTL`` is *trusted* there only if a bystander could not have sent
+   the beacon: it is signed with the shared key (``ipx.bridge_key_file``: HMAC-SHA256 over
+   the bridge id and the beacon, with a sequence that must increase, so a replay is
+   refused), or, with no key, the peer link confirms it (the bridge is a configured peer and
+   the tag is one that peer declared; its peer list is then read from the peer link too).
+   Untrusted beacons are remembered (at most ``MAX_BRIDGES_PER_SEGMENT`` per segment, the
+   untrusted evicted first) but change nothing: a forgery can at worst leave a duplicate,
+   never silence. Then, for the trusted bridges:
+
+   * a packet that arrived from a peer P is sent to a segment S only if P is not on S (else
+     P put it there itself) and, of the bridges on S that have P as a peer, this one has the
+     lowest id (each of them got the packet from P; one puts it on S);
+   * a packet that arrived from segment S1 is sent to segment S2 only if no bridge with a
+     lower id is on both: one bridge carries packets between two segments two bridges share.
+     An Ethernet port and an IPXWrapper port on one LAN are one broadcast domain, so this is
+     what keeps two bridges from both translating between the kinds, and the copies of one
+     from coming back through the other as new packets.
+
+   Packets from a bridge's own clients go to every segment. Beacons are consumed (``beacon``),
+   never forwarded, and nothing addressed to the beacon socket is relayed. A trusted newcomer
+   is answered at once (at most every ``BEACON_ANSWER_GAP``), so two bridges agree within a
+   round trip. Identical copies of one packet that arrive on different ports, or on one
+   Ethernet segment in different framings, are duplicates (rule 6). Two bridges on one
+   segment that neither share a key nor are peers cannot confirm each other: both forward,
+   and stations get two copies; rule 9 keeps that from becoming a loop.
+9. The loop bound that holds when every other rule is fooled: a packet (bytes 5.. of it, as
+   rule 6 names it) leaves by a given port at most once per ``EGRESS_WINDOW``, however it
+   came in (``tables.EgressGuard``). IPXWrapper's header has no hop count, so a copy that
+   crosses it starts again at hop 0 and returns on the port its first copy came in on like
+   a game repeating itself, which rule 6 passes; it still cannot go out again. Copies left
+   out are counted (``Decision.repeats``); with none left the packet is ``egress_repeat``.
+
+Learned nodes (rule 6) and the bridges heard per segment live in bounded tables that a flood
+of new source nodes cannot use against real stations (``tables.ProvenTable``): a node heard
+again a second or more after it was first heard is *proven* and is evicted only by other
+proven nodes; a flood of one-packet nodes churns among the unproven. Evictions are counted
+by table and tier (``evictions``).
 """
 
 import itertools
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -84,23 +116,27 @@ from typing import Final
 
 from ipxbridge.policy.budget import TokenBucket
 from ipxbridge.policy.dedup import DuplicateFilter
+from ipxbridge.policy.tables import EgressGuard, ProvenTable
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ipx import (
     BROADCAST_NODE,
     DEFAULT_FILTERED_SOCKETS,
     HEADER_LEN,
     MAX_BEACON_PEERS,
+    MAX_BEACON_TAGS,
     MAX_HOPS,
+    SOCKET_BEACON,
+    TAG_LEN,
     ZERO_NODE,
     IpxHeader,
-    beacon_id,
-    beacon_peers,
     build_beacon,
     build_packet,
     build_ping,
     build_ping_reply,
     build_registration_reply,
     dosbox_node,
+    is_beacon,
+    parse_beacon,
     parse_header,
     rfc1234_node,
     with_hops,
@@ -134,6 +170,13 @@ Port = Address | Segment
 # Rule 8: how often a bridge announces itself, and how long an announcement counts.
 BEACON_INTERVAL: Final = 5.0
 BEACON_TTL: Final = 3 * BEACON_INTERVAL
+MAX_BRIDGES_PER_SEGMENT: Final = 16  # other bridges remembered per segment (rule 8)
+BEACON_ANSWER_GAP: Final = 0.2  # at most one immediate beacon answer this often (rule 8)
+# Rule 9: a packet leaves by a given port at most once in this window, however it came.
+EGRESS_WINDOW: Final = 0.25
+# The first byte of a segment's tag names its kind, so a tag copied from one kind's beacons
+# does not make a bridge appear on another kind of the same wire (rule 8).
+_KIND_CODE: Final = {"ethernet": 1, "ipxwrapper": 2, "rfc1234": 3}
 
 
 class Outcome(StrEnum):
@@ -162,6 +205,8 @@ POLICY_DROP_REASONS: Final[tuple[str, ...]] = (
     "unverified_full",
     "source_port_zero",
     "own_packet",
+    "egress_repeat",
+    "beacon_replay",
 )
 
 
@@ -188,6 +233,7 @@ class Decision:
     replies: tuple[tuple[bytes, Port], ...] = ()
     header: IpxHeader | None = None  # set when the payload is worth inspecting
     held: int = 0  # copies not sent: unverified clients over their budget (rule 2)
+    repeats: int = 0  # copies not sent: the port had this packet within EGRESS_WINDOW (rule 9)
 
 
 @dataclass(slots=True)
@@ -212,6 +258,28 @@ class Peer:
 
     addr: Address
     node: bytes  # RFC 1234 host number: 00 00 + IPv4
+
+
+@dataclass(slots=True)
+class HeardBridge:
+    """Another bridge's last beacon on one segment (rule 8)."""
+
+    at: float
+    seq: int
+    tag: bytes
+    peers: frozenset[bytes]  # as the beacon lists them (trusted only when signed)
+    signed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PeerBridge:
+    """What a peer said of itself in its last beacon over the peer link (rule 8)."""
+
+    at: float
+    seq: int
+    bridge_id: bytes
+    tags: frozenset[bytes]  # the tags of the segments it is on
+    peers: frozenset[bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +368,9 @@ class IpxSwitch:
         *,
         segments: tuple[Segment, ...] = (),
         bridge_id: bytes | None = None,
+        beacon_key: bytes | None = None,
+        beacon_clock: Callable[[], int] | None = None,
+        evictions: Counter[tuple[str, str]] | None = None,
     ) -> None:
         """Create a switch.
 
@@ -313,6 +384,11 @@ class IpxSwitch:
             segments: interface ports to start with (``add_segment``).
             bridge_id: 6 random bytes naming this bridge on segments (rule 8); the I/O
                 layer passes ``os.urandom(6)``.
+            beacon_key: the shared secret that signs and checks beacons (rule 8); None:
+                beacons are trusted only when confirmed through the peer link.
+            beacon_clock: the sequence number of the next beacon: the I/O layer passes the
+                wall clock in ms, which keeps increasing across restarts (rule 8).
+            evictions: where bounded tables count what they push out, by (table, reason).
         """
         self.settings = settings
         self._server_node_for = server_node_for or (lambda _addr: ZERO_NODE)
@@ -320,8 +396,11 @@ class IpxSwitch:
         self.peers: dict[Address, Peer] = {}
         self._client_by_node: dict[bytes, Client] = {}
         self._static_nodes: dict[bytes, Address] = {}
-        # node -> (peer address, time learned); insertion order = age
-        self._learned: dict[bytes, tuple[Port, float]] = {}
+        self.evictions: Counter[tuple[str, str]] = Counter() if evictions is None else evictions
+        # node -> the port it is behind (peer or segment), two tiers (policy/tables.py)
+        self._learned: ProvenTable[bytes, Port] = ProvenTable(
+            settings.max_learned_nodes, "learned_nodes", self.evictions
+        )
         self.segments: dict[Segment, None] = {}
         self._ports: tuple[Port, ...] = ()
         self._flood_targets: dict[Port, tuple[Port, ...]] = {}
@@ -334,6 +413,7 @@ class IpxSwitch:
         self._dedup: DuplicateFilter[object] = DuplicateFilter(
             settings.dedup_window, settings.dedup_max_entries
         )
+        self._egress: EgressGuard[Port] = EgressGuard(EGRESS_WINDOW, settings.dedup_max_entries)
         self._events: list[SwitchEvent] = []
         # The bridge's node on segments and in its beacons (rule 8): random, unicast and
         # locally administered (IEEE 802 U/L bit), so it never equals a station's MAC.
@@ -343,10 +423,15 @@ class IpxSwitch:
         # segment come back to its socket) and the RFC 1234 segment a UDP source is on.
         self.own_ips: frozenset[str] = frozenset()
         self.udp_segment_for: Callable[[str], Segment | None] = lambda _ip: None
-        self._peer_bridge: dict[Address, bytes] = {}  # peer -> its bridge id (rule 8)
-        # segment -> bridge id -> (last beacon, the identities of that bridge's peers)
-        self._bridges_on: dict[Segment, dict[bytes, tuple[float, frozenset[bytes]]]] = {}
+        self._beacon_key = beacon_key or None
+        ticks = itertools.count(1)
+        self._beacon_clock = beacon_clock or (lambda: next(ticks))
+        self._tags: dict[Segment, bytes] = {}  # this bridge's tag on each segment (rule 8)
+        self._peer_info: dict[Address, PeerBridge] = {}  # what each peer said (rule 8)
+        # segment -> bridge id -> its last beacon there; least recently heard first
+        self._heard: dict[Segment, OrderedDict[bytes, HeardBridge]] = {}
         self._next_beacon = 0.0
+        self._next_answer = 0.0
         for addr in peers:
             self.add_peer(addr)
         for segment in segments:
@@ -367,7 +452,7 @@ class IpxSwitch:
         if peer is None:
             return
         self._static_nodes.pop(peer.node, None)
-        self._peer_bridge.pop(addr, None)
+        self._peer_info.pop(addr, None)
         self._forget_learned(addr)
         self._rebuild_ports()
 
@@ -376,6 +461,7 @@ class IpxSwitch:
         if segment in self.segments:
             return
         self.segments[segment] = None
+        self._tags[segment] = bytes((_KIND_CODE[segment.kind],)) + self._random_bytes(TAG_LEN - 1)
         self._next_beacon = 0.0
         self._rebuild_ports()
 
@@ -391,13 +477,14 @@ class IpxSwitch:
         """
         if self.segments.pop(segment, 0) is not None:
             return
+        self._tags.pop(segment, None)
         self._forget_learned(segment)
         self._rebuild_ports()
 
     def _forget_learned(self, port: Port) -> None:
-        for node, (via, _) in list(self._learned.items()):
-            if via == port:
-                del self._learned[node]
+        learned = self._learned
+        for node in [n for n, via, _ in learned.items() if via == port]:
+            learned.pop(node)
 
     def reconfigure(self, settings: SwitchSettings, peers: tuple[Address, ...]) -> None:
         """Apply new tunables and peers; clients stay, unless ``clients_allow`` now bars them."""
@@ -418,6 +505,17 @@ class IpxSwitch:
             if addr not in self.peers:
                 self.add_peer(addr)
 
+    def set_beacon_key(self, key: bytes | None) -> None:
+        """Sign and check beacons with a new key (reload): what the old one vouched goes."""
+        key = key or None
+        if key == self._beacon_key:
+            return
+        self._beacon_key = key
+        self._heard.clear()
+        self._peer_info.clear()
+        self._topology_changed()
+        self._next_beacon = 0.0  # announce under the new key at the next tick
+
     def _rebuild_ports(self) -> None:
         self._ports = (*self.clients, *self.peers, *self.segments)
         self._flood_targets.clear()
@@ -425,20 +523,64 @@ class IpxSwitch:
 
     def _peer_identity(self, addr: Address) -> bytes:
         """How bridges name a peer in beacons: its bridge id, else ``00 00`` + IPv4."""
-        return self._peer_bridge.get(addr) or self.peers[addr].node
+        info = self._peer_info.get(addr)
+        return info.bridge_id if info is not None else self.peers[addr].node
 
-    def _shared_with(self, ingress: Port) -> frozenset[Segment]:
-        """The segments where another bridge puts a packet from peer ``ingress`` (rule 8)."""
-        if not isinstance(ingress, tuple) or ingress not in self.peers or not self._bridges_on:
+    def _trusted(self, bridge: bytes, heard: HeardBridge) -> bool:
+        """Is a bridge heard on a segment really there (rule 8)?
+
+        Signed with the shared key, or, without a key, confirmed through the peer link: it
+        is a configured peer's bridge id and the tag it sent is one that peer declared.
+        """
+        if heard.signed:
+            return True
+        if self._beacon_key is not None:
+            return False
+        return any(
+            info.bridge_id == bridge and heard.tag in info.tags for info in self._peer_info.values()
+        )
+
+    def _peers_of(self, bridge: bytes, heard: HeardBridge) -> frozenset[bytes]:
+        """The peers of a trusted bridge: from its signed beacon, else from its peer link.
+
+        An unsigned segment beacon's peer list is never believed: its tag can be copied by
+        anyone who heard the real one.
+        """
+        if heard.signed:
+            return heard.peers
+        for info in self._peer_info.values():
+            if info.bridge_id == bridge:
+                return info.peers
+        return frozenset()
+
+    def trusted_bridges(self, segment: Segment) -> dict[bytes, HeardBridge]:
+        """The bridges trusted on ``segment`` now (rule 8)."""
+        heard = self._heard.get(segment)
+        if not heard:
+            return {}
+        return {b: h for b, h in heard.items() if self._trusted(b, h)}
+
+    def _skip_for(self, ingress: Port) -> frozenset[Segment]:
+        """The segments where another bridge puts a packet from ``ingress`` (rule 8)."""
+        if not self._heard:
+            return frozenset()
+        own = self.bridge_id
+        trusted = {seg: self.trusted_bridges(seg) for seg in self.segments}
+        out: set[Segment] = set()
+        if isinstance(ingress, Segment):
+            lower = {b for b in trusted.get(ingress, {}) if b < own}
+            if lower:
+                out.update(
+                    seg for seg, there in trusted.items() if seg != ingress and lower & there.keys()
+                )
+            return frozenset(out)
+        if ingress not in self.peers:
             return frozenset()
         identity = self._peer_identity(ingress)
-        out: set[Segment] = set()
-        for segment, bridges in self._bridges_on.items():
-            if identity in bridges:
+        for segment, there in trusted.items():
+            if identity in there:
                 out.add(segment)  # the peer is on this segment itself
-                continue
-            also = [b for b, (_, peers) in bridges.items() if identity in peers]
-            if also and min(also) < self.bridge_id:
+            elif any(b < own and identity in self._peers_of(b, h) for b, h in there.items()):
                 out.add(segment)
         return frozenset(out)
 
@@ -451,7 +593,7 @@ class IpxSwitch:
         """Every port except the ingress, cached until membership changes."""
         targets = self._flood_targets.get(ingress)
         if targets is None:
-            shared = self._shared_with(ingress)
+            shared = self._skip_for(ingress)
             targets = tuple(p for p in self._ports if p != ingress and p not in shared)
             self._flood_targets[ingress] = targets
         return targets
@@ -460,7 +602,7 @@ class IpxSwitch:
         """Peers and segments except the ingress: where an unknown unicast may go (rule 7)."""
         targets = self._peer_targets.get(ingress)
         if targets is None:
-            shared = self._shared_with(ingress)
+            shared = self._skip_for(ingress)
             owners: tuple[Port, ...] = (*self.peers, *self.segments)
             targets = tuple(p for p in owners if p != ingress and p not in shared)
             self._peer_targets[ingress] = targets
@@ -609,22 +751,8 @@ class IpxSwitch:
     ) -> Decision:
         if header.is_registration:
             return _drop("unexpected_registration")
-        bridge = beacon_id(header, data)
-        if bridge is not None:
-            if bridge != self.bridge_id:
-                seen = self._bridges_on.setdefault(segment, {})
-                peers = beacon_peers(data)
-                before = seen.get(bridge)
-                if before is None or before[1] != peers:
-                    self._topology_changed()
-                seen[bridge] = (now, peers)
-                if before is None and segment in self.segments:
-                    # A bridge new here (it just started): answer at once, here and to the
-                    # peers (which may be that bridge), so neither puts the other's packets
-                    # on the segment for a beacon interval (rule 8).
-                    replies = ((build_beacon(self.bridge_id, peers=self._own_peers()), segment),)
-                    return Decision(Outcome.CONTROL, "beacon", replies=replies + self._to_peers())
-            return Decision(Outcome.CONTROL, "beacon")
+        if is_beacon(header, data):
+            return self._segment_beacon(segment, header, data, now)
         node = header.src_node
         if node in self._client_by_node or node == self.bridge_id:
             return _drop("loop")
@@ -633,14 +761,98 @@ class IpxSwitch:
         hops_in = 0 if segment.kind is PortKind.IPXWRAPPER else header.hops  # no hop field
         return self._forward(header, data, segment, now, (), hops_in=hops_in, via=via, learn=True)
 
+    def _peer_beacon(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
+        """A peer's beacon over the peer link: its bridge id, tags and peers (rule 8)."""
+        try:
+            beacon = parse_beacon(header, data, self._beacon_key)
+        except WireError as exc:
+            return _drop(exc.reason)
+        before = self._peer_info.get(src)
+        if (
+            before is not None
+            and self._beacon_key is not None
+            and before.bridge_id == beacon.bridge_id
+            and beacon.seq <= before.seq
+        ):
+            return _drop("beacon_replay")
+        info = PeerBridge(now, beacon.seq, beacon.bridge_id, beacon.tags, beacon.peers)
+        self._peer_info[src] = info
+        if before is not None and (before.bridge_id, before.tags, before.peers) == (
+            info.bridge_id,
+            info.tags,
+            info.peers,
+        ):
+            return Decision(Outcome.CONTROL, "beacon")
+        self._topology_changed()
+        if not self.segments or not self._may_answer(now):
+            return Decision(Outcome.CONTROL, "beacon")
+        # New or changed (it just started, or opened a port): answer at once, on the peer
+        # link and on every segment, so that both sides can confirm each other before the
+        # next beacon tick (rule 8).
+        return Decision(Outcome.CONTROL, "beacon", replies=tuple(self._announcements()))
+
+    def _segment_beacon(
+        self, segment: Segment, header: IpxHeader, data: bytes, now: float
+    ) -> Decision:
+        """Another bridge's beacon on a segment: remembered, believed only if trusted (rule 8)."""
+        try:
+            beacon = parse_beacon(header, data, self._beacon_key)
+        except WireError as exc:
+            return _drop(exc.reason)
+        bridge = beacon.bridge_id
+        if bridge == self.bridge_id:
+            return _drop("own_packet")
+        if beacon.tag[0] != _KIND_CODE[segment.kind]:
+            return _drop("beacon_unverified")  # a tag of another kind of port, copied here
+        seen = self._heard.setdefault(segment, OrderedDict())
+        before = seen.pop(bridge, None)
+        if before is not None and self._beacon_key is not None and beacon.seq <= before.seq:
+            seen[bridge] = before
+            return _drop("beacon_replay")
+        heard = HeardBridge(now, beacon.seq, beacon.tag, beacon.peers, beacon.signed)
+        seen[bridge] = heard
+        if len(seen) > MAX_BRIDGES_PER_SEGMENT:
+            self._evict_bridge(seen)
+        was_trusted = before is not None and self._trusted(bridge, before)
+        trusted = self._trusted(bridge, heard)
+        if (
+            before is None
+            or was_trusted != trusted
+            or (before.tag, before.peers) != (heard.tag, heard.peers)
+        ):
+            self._topology_changed()
+        if not trusted:
+            # Remembered (bounded), so a peer's confirmation that arrives later counts, but
+            # it changes nothing until then: a bystander's forgery can at worst leave a
+            # duplicate, never silence (rule 8).
+            return _drop("beacon_unverified")
+        if not was_trusted and segment in self.segments and self._may_answer(now):
+            # A bridge new here (it just started): answer at once, here and to the peers
+            # (which may be that bridge), so neither puts the other's packets on the segment
+            # for a beacon interval (rule 8).
+            return Decision(Outcome.CONTROL, "beacon", replies=tuple(self._announcements()))
+        return Decision(Outcome.CONTROL, "beacon")
+
+    def _evict_bridge(self, seen: OrderedDict[bytes, HeardBridge]) -> None:
+        """Make room on a full segment: the least recently heard untrusted bridge goes first."""
+        victim = next((b for b, h in seen.items() if not self._trusted(b, h)), None)
+        reason = "unproven"
+        if victim is None:
+            victim, reason = next(iter(seen)), "proven"
+        del seen[victim]
+        self.evictions[("bridges", reason)] += 1
+
+    def _may_answer(self, now: float) -> bool:
+        """Immediate beacon answers are rate-limited: a beacon never triggers a burst."""
+        if now < self._next_answer:
+            return False
+        self._next_answer = now + BEACON_ANSWER_GAP
+        return True
+
     def _learn(self, node: bytes, port: Port, now: float) -> None:
         if node in (BROADCAST_NODE, ZERO_NODE) or node in self._static_nodes:
             return
-        learned = self._learned
-        learned.pop(node, None)
-        learned[node] = (port, now)
-        if len(learned) > self.settings.max_learned_nodes:
-            del learned[next(iter(learned))]
+        self._learned.learn(node, port, now)
 
     def _rejoin(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
         """Re-admit a client that was registered before (bridge restart, expiry).
@@ -697,15 +909,8 @@ class IpxSwitch:
     def _from_peer(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
         if header.is_registration:
             return _drop("unexpected_registration")
-        bridge = beacon_id(header, data)
-        if bridge is not None:
-            if self._peer_bridge.get(src) != bridge:
-                self._peer_bridge[src] = bridge
-                self._topology_changed()
-                if self.segments:  # answer at once, as on a segment
-                    own = build_beacon(self.bridge_id, self.peers[src].node, self._own_peers())
-                    return Decision(Outcome.CONTROL, "beacon", replies=((own, src),))
-            return Decision(Outcome.CONTROL, "beacon")
+        if is_beacon(header, data):
+            return self._peer_beacon(src, header, data, now)
         node = header.src_node
         if node in self._client_by_node or node == self.bridge_id:
             return _drop("loop")
@@ -738,14 +943,17 @@ class IpxSwitch:
         learn: bool = False,
     ) -> Decision:
         filtered = self.settings.filtered_sockets
-        if header.dst_socket in filtered or header.src_socket in filtered:
+        dst_socket = header.dst_socket
+        if dst_socket in filtered or header.src_socket in filtered or dst_socket == SOCKET_BEACON:
+            # The beacon socket is the bridges' own (rule 8): nothing sent there is relayed.
             if learn:  # never relayed, so no other copy of it comes round
                 self._learn(header.src_node, ingress, now)
             return Decision(Outcome.DROPPED, "filtered_socket", replies=replies)
         # Identity without checksum, length-independent of hop count: bytes 5.. of the packet.
         # Python's bytes hash is keyed SipHash, so collisions cannot be crafted remotely.
         port = ingress if via is None else via
-        if self._dedup.is_duplicate(hash(data[5:]), port, now, hops_in):
+        identity = hash(data[5:])
+        if self._dedup.is_duplicate(identity, port, now, hops_in):
             # A node stays where its packet's first copy came from: two bridges on one
             # segment each get the other's copy last and would learn the node behind each
             # other, dropping every unicast to it as destination_on_ingress.
@@ -779,9 +987,19 @@ class IpxSwitch:
             targets, held = self._within_budget(targets, len(data), now)
             if not targets:
                 return Decision(Outcome.DROPPED, "unverified_budget", replies=replies, held=held)
+        # Rule 9, the bound that holds when every other rule was fooled: never the same
+        # packet out of one port twice within EGRESS_WINDOW (after the budget: only copies
+        # really sent are recorded).
+        wanted = len(targets)
+        targets = self._egress.admit(identity, targets, now)
+        repeats = wanted - len(targets)
+        if not targets:
+            return Decision(
+                Outcome.DROPPED, "egress_repeat", replies=replies, held=held, repeats=repeats
+            )
         # IPXWrapper coalesced datagrams are passed on byte for byte (protocols.md section 6).
         packet = data if header.is_coalesced else with_hops(data, hops)
-        return Decision(Outcome.FORWARDED, kind, packet, targets, replies, header, held)
+        return Decision(Outcome.FORWARDED, kind, packet, targets, replies, header, held, repeats)
 
     def _within_budget(
         self, targets: tuple[Port, ...], size: int, now: float
@@ -868,11 +1086,8 @@ class IpxSwitch:
             source = client.server_node if client.verified else client.nonce
             out.append((build_ping(source), client.addr))
         self._dedup.purge(now)
-        ttl = cfg.learned_node_ttl
-        for node, (_, seen) in list(self._learned.items()):
-            if now - seen < ttl:
-                break
-            del self._learned[node]
+        self._egress.purge(now)
+        self._learned.expire(now, cfg.learned_node_ttl)
         return out
 
     def beacons(self, now: float) -> list[tuple[bytes, Port]]:
@@ -883,46 +1098,55 @@ class IpxSwitch:
         if now < self._next_beacon:
             return []
         self._next_beacon = now + BEACON_INTERVAL
-        for seen in self._bridges_on.values():
-            for bridge, (at, _) in list(seen.items()):
-                if now - at >= BEACON_TTL:
+        for seen in self._heard.values():
+            for bridge, heard in list(seen.items()):
+                if now - heard.at >= BEACON_TTL:
                     del seen[bridge]
                     self._topology_changed()
+        for addr, info in list(self._peer_info.items()):
+            if now - info.at >= BEACON_TTL:
+                # Its tags confirm nothing any more: a port it closed is not believed forever.
+                del self._peer_info[addr]
+                self._topology_changed()
         if not self.segments:
             return []
+        return self._announcements()
+
+    def _announcements(self) -> list[tuple[bytes, Port]]:
+        """This bridge's beacon on each segment (with its tag) and to each peer (all tags)."""
         peers = self._own_peers()
+        key = self._beacon_key
+        seq = self._beacon_clock()
         out: list[tuple[bytes, Port]] = [
-            (build_beacon(self.bridge_id, peers=peers), segment) for segment in self.segments
+            (build_beacon(self.bridge_id, peers=peers, seq=seq, tag=tag, key=key), segment)
+            for segment, tag in self._tags.items()
         ]
-        out += self._to_peers()
+        tags = tuple(self._tags.values())[:MAX_BEACON_TAGS]
+        out += [
+            (build_beacon(self.bridge_id, p.node, peers, seq=seq, tags=tags, key=key), addr)
+            for addr, p in self.peers.items()
+        ]
         return out
 
     def _own_peers(self) -> tuple[bytes, ...]:
         """The identities of this bridge's peers, as its beacons list them."""
         return tuple(self._peer_identity(a) for a in self.peers)[:MAX_BEACON_PEERS]
 
-    def _to_peers(self) -> tuple[tuple[bytes, Port], ...]:
-        """This bridge's beacon to each peer, addressed to the peer's RFC 1234 node."""
-        peers = self._own_peers()
-        return tuple(
-            (build_beacon(self.bridge_id, p.node, peers), addr) for addr, p in self.peers.items()
-        )
-
     def bridges_on(self, segment: Segment) -> tuple[bytes, ...]:
-        """The other bridges heard on ``segment`` within ``BEACON_TTL`` (rule 8)."""
+        """The other bridges trusted on ``segment`` within ``BEACON_TTL`` (rule 8)."""
         if segment not in self.segments:
             return ()  # remembered while it is detached (``remove_segment``), not on it now
-        return tuple(self._bridges_on.get(segment, {}))
+        return tuple(self.trusted_bridges(segment))
 
     def learned_segment_nodes(self) -> list[tuple[bytes, Segment, float]]:
         """(node, segment, last heard) of every station learned on an interface port."""
         return [
-            (n, via, seen) for n, (via, seen) in self._learned.items() if isinstance(via, Segment)
+            (n, via, seen) for n, via, seen in self._learned.items() if isinstance(via, Segment)
         ]
 
     def learned_on(self, port: Port) -> int:
         """How many nodes are currently learned behind ``port``."""
-        return sum(1 for via, _ in self._learned.values() if via == port)
+        return sum(1 for _, via, _ in self._learned.items() if via == port)
 
     @property
     def learned_nodes(self) -> int:

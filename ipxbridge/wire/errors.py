@@ -46,7 +46,12 @@ EthernetReason = Literal[
     "eth_bad_8023_length",  # the 802.3 length field claims more bytes than the frame holds
     "eth_bad_ipx_length",  # IPX Length < 30 or larger than the bytes the framing carries
 ]
-WireReason = IpxReason | DPlayReason | EthernetReason
+# ipxbridge's own beacons (wire/ipx.py, policy/switch.py rule 8).
+BeaconReason = Literal[
+    "beacon_malformed",  # another version, or a count that runs past the data
+    "beacon_unverified",  # a key is configured and the MAC is missing or wrong
+]
+WireReason = IpxReason | DPlayReason | EthernetReason | BeaconReason
 
 DPLAY_REASONS: Final[tuple[DPlayReason, ...]] = get_args(DPlayReason)
 
@@ -54,6 +59,7 @@ WIRE_REASONS: Final[tuple[WireReason, ...]] = (
     *get_args(IpxReason),
     *DPLAY_REASONS,
     *get_args(EthernetReason),
+    *get_args(BeaconReason),
 )
 
 

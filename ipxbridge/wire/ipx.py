@@ -17,6 +17,8 @@ Node addressing: DOSBox puts the client's IPv4 address and UDP port in the six n
 "Unicast address mapping"). Both conventions are provided here.
 """
 
+import hashlib
+import hmac
 import ipaddress
 import struct
 from dataclasses import dataclass
@@ -282,54 +284,131 @@ def build_shutdown(client_node: bytes) -> bytes:
     )
 
 
-# --- ipxbridge's own beacon (issue 13: two bridges on one segment) -------------------------
+# --- ipxbridge's own beacon (two bridges on one segment, policy/switch.py rule 8) ----------
 
 # A socket in Novell's assigned range that no protocol in protocols.md 3.1 uses. Stations
 # without it open discard the packet, as they discard RIP and SAP they do not listen to.
 SOCKET_BEACON: Final = 0x9B1B
-BEACON_MAGIC: Final = b"ipxbridge-beacon/1"
+BEACON_PREFIX: Final = b"ipxbridge-beacon/"  # any version: consumed, never relayed
+BEACON_MAGIC: Final = BEACON_PREFIX + b"2"
+MAX_BEACON_PEERS: Final = 32  # peers a beacon lists (bounds what a receiver stores)
+MAX_BEACON_TAGS: Final = 32  # segment tags a peer-link beacon declares
+TAG_LEN: Final = 8
+MAC_LEN: Final = 16  # HMAC-SHA256, truncated (RFC 2104 section 5)
+_FLAG_MAC: Final = 0x01
+_FIXED: Final = struct.Struct("!BQ8s")  # flags, sequence, segment tag
+NO_TAG: Final = bytes(TAG_LEN)
 
 
-MAX_BEACON_PEERS: Final = 255  # one count byte
+@dataclass(frozen=True, slots=True)
+class Beacon:
+    """An ipxbridge beacon (version 2), as the receiver reads it.
+
+    Attributes:
+        bridge_id: the sender (the packet's source node).
+        seq: the sender's wall clock in ms when it sent it; increases across restarts, so a
+            replayed beacon is older than the last one accepted.
+        tag: the random tag of the segment it was sent on (``NO_TAG`` on a peer link).
+        peers: the identities of the sender's RFC 1234 peers.
+        tags: on a peer link, the tags of every segment the sender is on: a bridge heard on
+            a segment with one of them is that peer (confirmation through the peer link).
+        signed: a MAC was present and checked with the receiver's key.
+    """
+
+    bridge_id: bytes
+    seq: int
+    tag: bytes
+    peers: frozenset[bytes]
+    tags: frozenset[bytes]
+    signed: bool
+
+
+def _beacon_mac(key: bytes, bridge_id: bytes, body: bytes) -> bytes:
+    return hmac.new(key, bridge_id + body, hashlib.sha256).digest()[:MAC_LEN]
 
 
 def build_beacon(
-    bridge_id: bytes, dst_node: bytes = BROADCAST_NODE, peers: tuple[bytes, ...] = ()
+    bridge_id: bytes,
+    dst_node: bytes = BROADCAST_NODE,
+    peers: tuple[bytes, ...] = (),
+    *,
+    seq: int = 0,
+    tag: bytes = NO_TAG,
+    tags: tuple[bytes, ...] = (),
+    key: bytes | None = None,
 ) -> bytes:
     """A bridge announcing itself on a segment or to a peer: source node = its bridge id.
 
-    The data is the magic, a count byte, then the 6-byte identity of each of the bridge's
-    RFC 1234 peers (its bridge id, or ``00 00`` + IPv4 for a peer that sent no beacon).
+    Data: the magic, flags, sequence, segment tag, a count and the 6-byte identity of each
+    RFC 1234 peer (its bridge id, or ``00 00`` + IPv4 for a peer that sent no beacon), a
+    count and each declared tag, then with a key an HMAC-SHA256 of the bridge id and all of
+    that, cut to 16 bytes.
 
     Raises:
-        ValueError: more than ``MAX_BEACON_PEERS`` peers, or an identity not 6 bytes.
+        ValueError: too many peers or tags, or a field of the wrong size.
     """
     if len(peers) > MAX_BEACON_PEERS or any(len(p) != 6 for p in peers):
-        raise ValueError("at most 255 peer identities of 6 bytes")
+        raise ValueError(f"at most {MAX_BEACON_PEERS} peer identities of 6 bytes")
+    if len(tags) > MAX_BEACON_TAGS or any(len(t) != TAG_LEN for t in (tag, *tags)):
+        raise ValueError(f"at most {MAX_BEACON_TAGS} tags of {TAG_LEN} bytes")
+    flags = _FLAG_MAC if key else 0
+    body = (
+        BEACON_MAGIC
+        + _FIXED.pack(flags, seq & 0xFFFFFFFFFFFFFFFF, tag)
+        + bytes((len(peers),))
+        + b"".join(peers)
+        + bytes((len(tags),))
+        + b"".join(tags)
+    )
+    if key:
+        body += _beacon_mac(key, bridge_id, body)
     return build_packet(
         dst_node=dst_node,
         dst_socket=SOCKET_BEACON,
         src_node=bridge_id,
         src_socket=SOCKET_BEACON,
         packet_type=4,  # PEP, as applications use (protocols.md 3.1)
-        payload=BEACON_MAGIC + bytes((len(peers),)) + b"".join(peers),
+        payload=body,
     )
 
 
-def beacon_id(header: IpxHeader, data: bytes | memoryview) -> bytes | None:
-    """The bridge id of an ipxbridge beacon, or None when ``data`` is anything else."""
+def is_beacon(header: IpxHeader, data: bytes | memoryview) -> bool:
+    """An ipxbridge beacon of any version (consumed by bridges, never relayed)."""
     if header.dst_socket != SOCKET_BEACON or header.src_socket != SOCKET_BEACON:
-        return None
-    if bytes(data[HEADER_LEN : HEADER_LEN + len(BEACON_MAGIC)]) != BEACON_MAGIC:
-        return None
-    return header.src_node
+        return False
+    end = HEADER_LEN + len(BEACON_PREFIX)
+    return bytes(data[HEADER_LEN:end]) == BEACON_PREFIX
 
 
-def beacon_peers(data: bytes | memoryview) -> frozenset[bytes]:
-    """The peer identities a beacon lists; as many whole ones as the data holds."""
-    at = HEADER_LEN + len(BEACON_MAGIC)
-    if len(data) <= at:
-        return frozenset()
-    count = data[at]
-    body = bytes(data[at + 1 : at + 1 + 6 * count])
-    return frozenset(body[i : i + 6] for i in range(0, len(body) - 5, 6))
+def parse_beacon(header: IpxHeader, data: bytes | memoryview, key: bytes | None) -> Beacon:
+    """Read a beacon (``is_beacon`` is true) and check its MAC when a key is given.
+
+    Without a key the MAC, if any, is not checked and ``signed`` is False.
+
+    Raises:
+        WireError: ``beacon_malformed`` (another version, or fields past the end) or
+            ``beacon_unverified`` (a key is set and the MAC is missing or wrong).
+    """
+    raw = bytes(data[HEADER_LEN : header.length])
+    if not raw.startswith(BEACON_MAGIC) or len(raw) < len(BEACON_MAGIC) + _FIXED.size + 2:
+        raise WireError("beacon_malformed", "not a version 2 beacon, or too short")
+    at = len(BEACON_MAGIC)
+    flags, seq, tag = _FIXED.unpack_from(raw, at)
+    at += _FIXED.size
+    n_peers = raw[at]
+    at += 1
+    peers_end = at + 6 * n_peers
+    if n_peers > MAX_BEACON_PEERS or peers_end >= len(raw):
+        raise WireError("beacon_malformed", f"{n_peers} peers do not fit")
+    peers = frozenset(raw[i : i + 6] for i in range(at, peers_end, 6))
+    n_tags = raw[peers_end]
+    tags_end = peers_end + 1 + TAG_LEN * n_tags
+    mac_end = tags_end + (MAC_LEN if flags & _FLAG_MAC else 0)
+    if n_tags > MAX_BEACON_TAGS or mac_end != len(raw):
+        raise WireError("beacon_malformed", f"{n_tags} tags do not fit the data")
+    tags = frozenset(raw[i : i + TAG_LEN] for i in range(peers_end + 1, tags_end, TAG_LEN))
+    if key is not None:
+        expected = _beacon_mac(key, header.src_node, raw[:tags_end])
+        if not flags & _FLAG_MAC or not hmac.compare_digest(raw[tags_end:mac_end], expected):
+            raise WireError("beacon_unverified", "missing or wrong MAC")
+    return Beacon(header.src_node, seq, tag, peers, tags, key is not None)

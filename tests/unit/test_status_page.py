@@ -105,16 +105,21 @@ def plan(
 
 
 def test_port_rows_count_stations_and_bridges_from_the_switch() -> None:
+    key = b"the bridges' shared key"
     sw = IpxSwitch(
-        SwitchSettings(), segments=(ETH0, WG0, LAN), bridge_id=b"\x02\x00\x00\x00\x00\x01"
+        SwitchSettings(),
+        segments=(ETH0, WG0, LAN),
+        bridge_id=b"\x02\x00\x00\x00\x00\x01",
+        beacon_key=key,
     )
     # A native station's broadcast (hop byte 0, as a native stack sends) teaches its node.
     hello = ipx.build_packet(
         dst_node=ipx.BROADCAST_NODE, dst_socket=0x4000, src_node=NATIVE, src_socket=0x4000
     )
     assert sw.handle_segment(ETH0, hello, 1.0).detail == "broadcast"
-    # Another bridge announces itself on eth0 (rule 8).
-    other = ipx.build_beacon(b"\x02\x00\x00\x00\x00\x02")
+    # Another bridge announces itself on eth0 with a signed beacon (rule 8).
+    ethernet_tag = b"\x01" + bytes(7)
+    other = ipx.build_beacon(b"\x02\x00\x00\x00\x00\x02", seq=1, tag=ethernet_tag, key=key)
     assert sw.handle_segment(ETH0, other, 1.0).detail == "beacon"
     plans = {
         ETH0: plan(ETH0),

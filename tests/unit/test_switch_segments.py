@@ -5,9 +5,12 @@ it (``io/segments.py`` hands ``handle_segment`` the IPX packet of each frame or 
 an Ethernet port with the frame's framing as ``via``).
 """
 
+import pytest
+
 from ipxbridge.policy.switch import (
     BEACON_INTERVAL,
     BEACON_TTL,
+    MAX_BRIDGES_PER_SEGMENT,
     Address,
     IpxSwitch,
     Outcome,
@@ -16,6 +19,7 @@ from ipxbridge.policy.switch import (
     SwitchSettings,
 )
 from ipxbridge.wire import ipx
+from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ethernet import Framing
 from tests.unit.test_switch import SERVER_NODE, node, register, verify
 
@@ -118,14 +122,65 @@ def test_unknown_unicast_goes_to_peers_and_segments_never_to_dosbox_clients() ->
 
 # --- rule 8: beacons ------------------------------------------------------------------------
 
+KEY = b"a shared secret of the bridges on this LAN"
+
+
+def tag(segment: Segment, n: int) -> bytes:
+    """A segment tag as bridges make them: the kind's code, then random bytes."""
+    code = {PortKind.ETHERNET: 1, PortKind.IPXWRAPPER: 2, PortKind.RFC1234: 3}[segment.kind]
+    return bytes((code,)) + n.to_bytes(7, "big")
+
+
+def keyed(*, peers: tuple[Address, ...] = (PEER,)) -> IpxSwitch:
+    """A switch whose beacons are signed with ``KEY`` (``ipx.bridge_key_file``)."""
+    sw = IpxSwitch(
+        SwitchSettings(),
+        peers,
+        lambda _addr: SERVER_NODE,
+        segments=(ETH0, WRAP, RFC),
+        bridge_id=ME,
+        beacon_key=KEY,
+    )
+    for addr in (A, B):
+        register(sw, addr)
+        verify(sw, addr)
+    return sw
+
+
+def peer_says(
+    sw: IpxSwitch, tags: tuple[bytes, ...], now: float = 1.0, *, peers: tuple[bytes, ...] = ()
+) -> None:
+    """PEER's beacon over the peer link: it is PEER_ID, on segments with these tags."""
+    beacon = ipx.build_beacon(
+        PEER_ID, ipx.rfc1234_node(PEER[0]), peers, seq=int(now * 1000), tags=tags
+    )
+    assert sw.handle(beacon, PEER, now).detail == "beacon"
+
+
+def heard(
+    sw: IpxSwitch,
+    segment: Segment,
+    bridge: bytes,
+    n: int,
+    now: float = 1.0,
+    *,
+    peers: tuple[bytes, ...] = (),
+    key: bytes | None = None,
+) -> str:
+    """A beacon of ``bridge`` heard on ``segment`` with tag number ``n``: the switch's detail."""
+    beacon = ipx.build_beacon(
+        bridge, peers=peers, seq=int(now * 1000), tag=tag(segment, n), key=key
+    )
+    return sw.handle_segment(segment, beacon, now, via=Framing.LLC).detail
+
 
 def test_beacons_are_consumed_and_make_a_peer_share_a_segment() -> None:
     sw = switch()
-    # PEER announces itself over the tunnel, then the same bridge is heard on eth0.
-    assert sw.handle(ipx.build_beacon(PEER_ID, ipx.rfc1234_node(PEER[0])), PEER, 1.0).detail == (
-        "beacon"
+    # PEER says over the tunnel that it is on a segment with tag 7, then is heard on eth0 so.
+    peer_says(sw, (tag(ETH0, 7),))
+    d = sw.handle_segment(
+        ETH0, ipx.build_beacon(PEER_ID, seq=1000, tag=tag(ETH0, 7)), 1.0, via=Framing.LLC
     )
-    d = sw.handle_segment(ETH0, ipx.build_beacon(PEER_ID), 1.0, via=Framing.LLC)
     assert (d.outcome, d.detail, d.targets) == (Outcome.CONTROL, "beacon", ())
     assert sw.bridges_on(ETH0) == (PEER_ID,)
     assert sw.learned_on(ETH0) == 0  # a beacon teaches no station
@@ -141,10 +196,45 @@ def test_beacons_are_consumed_and_make_a_peer_share_a_segment() -> None:
     assert set(flood.targets) == {WRAP, RFC}
 
 
+def test_a_forged_beacon_without_a_key_leaves_forwarding_as_it_was() -> None:
+    """Without a key, a beacon the peer link does not confirm changes nothing (no silence)."""
+    sw = switch()
+    peer_says(sw, (tag(ETH0, 7),))
+    before = set(sw.handle(packet(ipx.rfc1234_node(PEER[0]), data=b"0"), PEER, 1.5).targets)
+    assert ETH0 in before
+    forgeries = [
+        (ETH0, PEER_ID, 8),  # the peer's id with a tag it never declared
+        (ETH0, LOWER, 7),  # a lower id with the peer's tag
+        (WRAP, PEER_ID, 7),  # the peer's real tag, copied onto another kind of port
+    ]
+    for n, (segment, bridge, number) in enumerate(forgeries):
+        peers = (ipx.rfc1234_node(PEER[0]),)
+        assert heard(sw, segment, bridge, number, 2.0 + n, peers=peers) == "beacon_unverified"
+    # The WRAP forgery carried an ethernet tag: it is refused before it is even remembered.
+    assert sw.bridges_on(ETH0) == sw.bridges_on(WRAP) == ()
+    after = sw.handle(packet(ipx.rfc1234_node(PEER[0]), data=b"1"), PEER, 9.0)
+    assert set(after.targets) == before
+    # From a segment, every other segment still gets it (no lower trusted bridge anywhere).
+    assert set(sw.handle_segment(ETH0, packet(NATIVE, data=b"2"), 9.0).targets) >= {WRAP, RFC}
+
+
+def test_a_segment_beacon_heard_before_the_peer_link_counts_once_confirmed() -> None:
+    sw = switch()
+    assert heard(sw, ETH0, PEER_ID, 7) == "beacon_unverified"
+    assert ETH0 in sw.handle(packet(ipx.rfc1234_node(PEER[0]), data=b"a"), PEER, 1.1).targets
+    peer_says(sw, (tag(ETH0, 7),), 1.2)
+    assert sw.bridges_on(ETH0) == (PEER_ID,)
+    assert ETH0 not in sw.handle(packet(ipx.rfc1234_node(PEER[0]), data=b"b"), PEER, 1.3).targets
+    # The peer closes that port: its next beacon no longer declares the tag.
+    peer_says(sw, (), 2.0)
+    assert sw.bridges_on(ETH0) == ()
+    assert ETH0 in sw.handle(packet(ipx.rfc1234_node(PEER[0]), data=b"c"), PEER, 2.1).targets
+
+
 def test_a_shared_segment_expires_after_beacon_ttl() -> None:
     sw = switch()
-    sw.handle(ipx.build_beacon(PEER_ID), PEER, 1.0)
-    sw.handle_segment(ETH0, ipx.build_beacon(PEER_ID), 1.0)
+    peer_says(sw, (tag(ETH0, 7),))
+    heard(sw, ETH0, PEER_ID, 7)
     now = 0.0
     # Beacons are judged when the bridge sends its own (every BEACON_INTERVAL, from tick).
     while now < 1.0 + BEACON_TTL - 0.5:
@@ -163,36 +253,91 @@ def test_a_shared_segment_expires_after_beacon_ttl() -> None:
 def test_of_the_bridges_that_have_the_peer_only_the_lowest_id_puts_it_on_the_segment() -> None:
     """Rule 8: P is a peer of two bridges on eth0; each gets P's packet, one puts it there.
 
-    This bridge's id is ME; the other bridge on eth0 is LOWER or HIGHER.
+    This bridge's id is ME; the other bridge on eth0 is LOWER or HIGHER, signed with the key.
     """
-    low = switch()
-    high = switch()
-    # A bridge with a higher id that also has PEER (named by 00 00 + IPv4: it sent no beacon).
-    low.handle_segment(ETH0, ipx.build_beacon(HIGHER, peers=(ipx.rfc1234_node(PEER[0]),)), 1.0)
+    low = keyed()
+    high = keyed()
+    p = (ipx.rfc1234_node(PEER[0]),)  # PEER named by 00 00 + IPv4: it sent no beacon
+    # A bridge with a higher id that also has PEER.
+    assert heard(low, ETH0, HIGHER, 1, peers=p, key=KEY) == "beacon"
     assert ETH0 in low.handle(packet(ipx.rfc1234_node(PEER[0])), PEER, 2.0).targets
     # One with a lower id: that one puts PEER's packets on eth0, this one does not.
-    high.handle_segment(ETH0, ipx.build_beacon(LOWER, peers=(ipx.rfc1234_node(PEER[0]),)), 1.0)
+    assert heard(high, ETH0, LOWER, 1, peers=p, key=KEY) == "beacon"
     assert ETH0 not in high.handle(packet(ipx.rfc1234_node(PEER[0])), PEER, 2.0).targets
     # A lower bridge that does not have PEER changes nothing.
-    other = switch()
-    other.handle_segment(ETH0, ipx.build_beacon(LOWER, peers=(bytes.fromhex("00000a090909"),)), 1.0)
+    other = keyed()
+    heard(other, ETH0, LOWER, 1, peers=(bytes.fromhex("00000a090909"),), key=KEY)
     assert ETH0 in other.handle(packet(ipx.rfc1234_node(PEER[0])), PEER, 2.0).targets
 
 
-def test_own_beacon_is_ignored() -> None:
-    """Our own beacon heard back (a looped segment, a kernel echo) is not another bridge."""
-    sw = switch()
-    d = sw.handle_segment(ETH0, ipx.build_beacon(sw.bridge_id), 1.0)
-    assert (d.outcome, d.detail) == (Outcome.CONTROL, "beacon")
+def test_with_a_key_only_signed_fresh_beacons_count() -> None:
+    sw = keyed()
+    assert heard(sw, ETH0, LOWER, 1, 1.0) == "beacon_unverified"  # unsigned
+    assert heard(sw, ETH0, LOWER, 1, 1.0, key=b"another key") == "beacon_unverified"
     assert sw.bridges_on(ETH0) == ()
+    assert heard(sw, ETH0, LOWER, 1, 2.0, key=KEY) == "beacon"
+    assert sw.bridges_on(ETH0) == (LOWER,)
+    # The same beacon again (a replay: its sequence is not newer) is refused.
+    assert heard(sw, ETH0, LOWER, 1, 2.0, key=KEY) == "beacon_replay"
+    # An unsigned beacon over the peer link does not count either.
+    unsigned = ipx.build_beacon(PEER_ID, ipx.rfc1234_node(PEER[0]), seq=5, tags=(tag(ETH0, 9),))
+    assert sw.handle(unsigned, PEER, 2.5).detail == "beacon_unverified"
+
+
+def test_packets_between_two_kinds_on_one_wire_are_translated_by_the_lowest_bridge() -> None:
+    """Rule 8: the lowest trusted bridge on both segments carries a packet from one to the other.
+
+    An Ethernet port and an IPXWrapper port on one LAN are one broadcast domain: two bridges
+    that both translated would put every packet on the wire twice, and copies would loop.
+    """
+    sw = keyed()
+    for segment in (ETH0, WRAP):
+        assert heard(sw, segment, LOWER, 1 if segment is ETH0 else 2, key=KEY) == "beacon"
+    d = sw.handle_segment(ETH0, packet(NATIVE, data=b"t"), 2.0)
+    assert WRAP not in d.targets  # LOWER carries it from eth0 to IPXWrapper
+    assert {A, B, PEER, RFC} <= set(d.targets)  # where LOWER is not, this bridge still goes
+    d = sw.handle_segment(WRAP, packet(NATIVE2, data=b"u"), 2.0)
+    assert ETH0 not in d.targets
+    assert RFC in d.targets
+    # With a higher bridge on both, this bridge is the lowest and translates.
+    up = keyed()
+    for segment in (ETH0, WRAP):
+        heard(up, segment, HIGHER, 1 if segment is ETH0 else 2, key=KEY)
+    assert WRAP in up.handle_segment(ETH0, packet(NATIVE, data=b"v"), 2.0).targets
+
+
+def test_own_beacon_is_ignored() -> None:
+    """Our own id heard back (a looped segment, or a forgery) is not another bridge."""
+    sw = switch()
+    assert heard(sw, ETH0, sw.bridge_id, 1) == "own_packet"
+    assert sw.bridges_on(ETH0) == ()
+
+
+def test_the_bridges_remembered_per_segment_are_bounded() -> None:
+    sw = switch()
+    peer_says(sw, (tag(ETH0, 7),))
+    heard(sw, ETH0, PEER_ID, 7)
+    for n in range(200):  # unique ids, each listing many peers, as a flood would
+        bridge = bytes.fromhex("0300") + n.to_bytes(4, "big")
+        many = tuple(bytes.fromhex("0400") + i.to_bytes(4, "big") for i in range(32))
+        assert heard(sw, ETH0, bridge, n, 1.0 + n / 1000, peers=many) == "beacon_unverified"
+    assert sw.bridges_on(ETH0) == (PEER_ID,)  # the confirmed one is kept
+    # Room for MAX_BRIDGES_PER_SEGMENT: the confirmed bridge and the newest unconfirmed ones.
+    assert sw.evictions[("bridges", "unproven")] == 200 - (MAX_BRIDGES_PER_SEGMENT - 1)
 
 
 def test_tick_sends_beacons_to_every_segment_and_peer() -> None:
     sw = switch()
     out = sw.tick(0.0)
-    beacons = [(data, to) for data, to in out if ipx.beacon_id(ipx.parse_header(data), data)]
+    beacons = [(data, to) for data, to in out if ipx.is_beacon(ipx.parse_header(data), data)]
     assert {to for _, to in beacons} == {ETH0, WRAP, RFC, PEER}
-    assert all(ipx.beacon_id(ipx.parse_header(d), d) == ME for d, _ in beacons)
+    parsed = {to: ipx.parse_beacon(ipx.parse_header(d), d, None) for d, to in beacons}
+    assert {b.bridge_id for b in parsed.values()} == {ME}
+    # Each segment's beacon carries that segment's tag (its kind in the first byte); the
+    # beacon to the peer declares all of them and no tag of its own.
+    assert [parsed[s].tag[0] for s in (ETH0, WRAP, RFC)] == [1, 2, 3]
+    assert parsed[PEER].tags == {parsed[s].tag for s in (ETH0, WRAP, RFC)}
+    assert parsed[PEER].tag == ipx.NO_TAG
     # The next ones only after BEACON_INTERVAL.
     assert not [t for _, t in sw.tick(BEACON_INTERVAL / 2) if isinstance(t, Segment)]
     assert {t for _, t in sw.tick(BEACON_INTERVAL) if isinstance(t, Segment)} == {
@@ -200,6 +345,28 @@ def test_tick_sends_beacons_to_every_segment_and_peer() -> None:
         WRAP,
         RFC,
     }
+
+
+def test_beacons_are_signed_with_the_key() -> None:
+    out = keyed().tick(0.0)
+    data, _ = out[0]
+    header = ipx.parse_header(data)
+    assert ipx.parse_beacon(header, data, KEY).signed
+    with pytest.raises(WireError, match="beacon_unverified"):
+        ipx.parse_beacon(header, data, b"wrong")
+
+
+def test_nothing_sent_to_the_beacon_socket_is_relayed() -> None:
+    """A client's or station's packet to the bridges' socket is not passed to other bridges."""
+    sw = switch()
+    fake = ipx.build_packet(
+        dst_node=ipx.BROADCAST_NODE,
+        dst_socket=ipx.SOCKET_BEACON,
+        src_node=node(A),
+        src_socket=0x4000,
+        payload=b"ipxbridge-beacon/2",
+    )
+    assert sw.handle(fake, A, 1.0).detail == "filtered_socket"
 
 
 # --- rule 6 on segments: duplicates and hops ------------------------------------------------
@@ -277,9 +444,9 @@ def test_probe_packets_reach_every_segment_from_the_bridge_id() -> None:
 
 
 def test_remove_segment_forgets_its_nodes_and_bridges() -> None:
-    sw = switch()
+    sw = keyed()
     sw.handle_segment(ETH0, packet(NATIVE), 1.0)
-    sw.handle_segment(ETH0, ipx.build_beacon(LOWER), 1.0)
+    heard(sw, ETH0, LOWER, 1, key=KEY)
     assert (sw.learned_on(ETH0), sw.bridges_on(ETH0)) == (1, (LOWER,))
     sw.remove_segment(ETH0)
     assert ETH0 not in sw.segments
@@ -299,19 +466,29 @@ def test_a_bridge_new_on_a_segment_is_answered_at_once() -> None:
     # Rule 8: until two bridges on one segment know each other, each may put the other's
     # packets there; the one already running answers a newcomer's first beacon at once
     # instead of at its next beacon tick (up to BEACON_INTERVAL later).
-    sw = switch()
-    first = sw.handle_segment(ETH0, ipx.build_beacon(LOWER), 1.0)
+    sw = keyed()
+    beacon = ipx.build_beacon(LOWER, seq=1, tag=tag(ETH0, 1), key=KEY)
+    first = sw.handle_segment(ETH0, beacon, 1.0)
     assert first.outcome is Outcome.CONTROL
-    assert [port for _, port in first.replies] == [ETH0, PEER]  # here, and to every peer
-    reply = first.replies[0][0]
-    assert ipx.beacon_id(ipx.parse_header(reply), reply) == ME
-    assert ipx.beacon_peers(reply) == {sw.peers[PEER].node}  # it lists its peer
-    again = sw.handle_segment(ETH0, ipx.build_beacon(LOWER), 6.0)
+    assert {port for _, port in first.replies} == {ETH0, WRAP, RFC, PEER}  # everywhere
+    reply = {port: data for data, port in first.replies}[ETH0]
+    parsed = ipx.parse_beacon(ipx.parse_header(reply), reply, KEY)
+    assert parsed.bridge_id == ME
+    assert parsed.peers == {sw.peers[PEER].node}  # it lists its peer
+    again = sw.handle_segment(ETH0, ipx.build_beacon(LOWER, seq=2, tag=tag(ETH0, 1), key=KEY), 6.0)
     assert again.replies == ()  # known: no answer, or two bridges would answer for ever
-    # A peer's first beacon is answered to that peer at once too; a repeat is not.
-    hello = ipx.build_beacon(PEER_ID, sw.peers[PEER].node)
-    assert [port for _, port in sw.handle(hello, PEER, 6.1).replies] == [PEER]
-    assert sw.handle(hello, PEER, 6.2).replies == ()
+    # A peer's first beacon is answered at once too; a repeat is not.
+    hello = ipx.build_beacon(PEER_ID, sw.peers[PEER].node, seq=3, key=KEY)
+    assert PEER in {port for _, port in sw.handle(hello, PEER, 6.5).replies}
+    hello = ipx.build_beacon(PEER_ID, sw.peers[PEER].node, seq=4, key=KEY)
+    assert sw.handle(hello, PEER, 7.0).replies == ()
+    # Answers are rate-limited: two newcomers within BEACON_ANSWER_GAP get one answer.
+    other = keyed()
+    answers = [
+        other.handle_segment(ETH0, ipx.build_beacon(b, seq=1, tag=tag(ETH0, n), key=KEY), 1.0)
+        for n, b in enumerate((LOWER, HIGHER))
+    ]
+    assert [bool(d.replies) for d in answers] == [True, False]
 
 
 def test_a_copy_returning_on_its_first_port_one_hop_further_is_a_duplicate() -> None:

@@ -1,0 +1,184 @@
+"""Bounded tables that a stranger cannot use to push out what is known to work.
+
+``ProvenTable`` holds what the switch learns from traffic (which port a node is behind, which
+bridges are on a segment). A flood of new keys from one sender must neither grow memory nor
+evict a quiet station that is known to be real (reliability.md R24), so entries live in two
+tiers:
+
+* **unproven**: heard once, or only within ``PROOF_AFTER`` of when it was first heard. A flood
+  of unique keys (one packet each) stays here and churns here.
+* **proven**: heard again at least ``PROOF_AFTER`` after it was first heard: real stations
+  talk over time. Three quarters of the capacity; a promotion into a full proven tier evicts
+  its least recently heard entry.
+
+Each tier evicts its least recently heard entry first (LRU through ``OrderedDict``, O(1):
+``popitem(last=False)``, never ``next(iter(dict))``, which walks every slot deleted from the
+front of a plain dict). Evictions are counted by (table, tier); expiry is not an eviction.
+The clock is passed in (house style).
+
+``EgressGuard`` is the end-to-end bound on loops: a packet goes out of a given port at most
+once per window, whatever way it came in and whatever the other rules concluded.
+"""
+
+from collections import Counter, OrderedDict
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+P = TypeVar("P", bound=Hashable)
+
+PROOF_AFTER: Final = 1.0  # seconds between the first and a later packet that make a key proven
+
+
+@dataclass(slots=True)
+class _Entry(Generic[V]):
+    value: V
+    first: float
+    last: float
+
+
+class ProvenTable(Generic[K, V]):
+    """A bounded map learned from traffic, with a protected tier (module docstring)."""
+
+    __slots__ = ("_evictions", "_name", "_proven", "_proven_cap", "_unproven", "_unproven_cap")
+
+    def __init__(self, capacity: int, name: str, evictions: Counter[tuple[str, str]]) -> None:
+        """A table of at most ``capacity`` entries; evictions counted under ``name``.
+
+        Raises:
+            ValueError: a capacity below 2 (each tier needs a place).
+        """
+        if capacity < 2:
+            raise ValueError("capacity must be >= 2")
+        self._proven_cap = max(1, capacity * 3 // 4)
+        self._unproven_cap = capacity - self._proven_cap
+        self._name = name
+        self._evictions = evictions
+        # Order = least recently heard first.
+        self._unproven: OrderedDict[K, _Entry[V]] = OrderedDict()
+        self._proven: OrderedDict[K, _Entry[V]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._unproven) + len(self._proven)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._proven or key in self._unproven
+
+    def learn(self, key: K, value: V, now: float) -> None:
+        """Record that ``key`` was heard now (behind ``value``)."""
+        proven = self._proven
+        entry = proven.get(key)
+        if entry is not None:
+            entry.value = value
+            entry.last = now
+            proven.move_to_end(key)
+            return
+        unproven = self._unproven
+        entry = unproven.get(key)
+        if entry is None:
+            unproven[key] = _Entry(value, now, now)
+            if len(unproven) > self._unproven_cap:
+                unproven.popitem(last=False)
+                self._evictions[(self._name, "unproven")] += 1
+            return
+        entry.value = value
+        entry.last = now
+        if now - entry.first < PROOF_AFTER:
+            unproven.move_to_end(key)
+            return
+        del unproven[key]
+        proven[key] = entry
+        if len(proven) > self._proven_cap:
+            proven.popitem(last=False)
+            self._evictions[(self._name, "proven")] += 1
+
+    def get(self, key: K) -> tuple[V, float] | None:
+        """(value, last heard) of ``key``, or None."""
+        entry = self._proven.get(key) or self._unproven.get(key)
+        if entry is None:
+            return None
+        return entry.value, entry.last
+
+    def is_proven(self, key: K) -> bool:
+        """Was ``key`` heard over more than ``PROOF_AFTER``?"""
+        return key in self._proven
+
+    def pop(self, key: K) -> None:
+        """Forget ``key`` (not counted as an eviction)."""
+        self._proven.pop(key, None)
+        self._unproven.pop(key, None)
+
+    def expire(self, now: float, ttl: float) -> int:
+        """Forget entries not heard for ``ttl``; returns how many."""
+        removed = 0
+        for tier in (self._unproven, self._proven):
+            while tier:
+                _, entry = next(iter(tier.items()))
+                if now - entry.last < ttl:
+                    break
+                tier.popitem(last=False)
+                removed += 1
+        return removed
+
+    def items(self) -> Iterator[tuple[K, V, float]]:
+        """(key, value, last heard) of every entry, unproven first."""
+        for tier in (self._unproven, self._proven):
+            for key, entry in tier.items():
+                yield key, entry.value, entry.last
+
+
+class EgressGuard(Generic[P]):
+    """At most one copy of a packet per port per ``window`` (the loop bound of last resort).
+
+    A loop through an encapsulation without a hop count (IPXWrapper's UDP) returns a copy on
+    the port its first copy came in on with nothing to tell it from a game repeating itself,
+    so the duplicate filter passes it; the guard does not, because the copy would go out of a
+    port it already left by within the window. A loop's round trip on a LAN is about a
+    millisecond; a game that repeats identical bytes more than ``1 / window`` times a second
+    to one port loses the repeats, which carry nothing new.
+    """
+
+    __slots__ = ("_entries", "max_entries", "window")
+
+    def __init__(self, window: float, max_entries: int = 65_536) -> None:
+        """Raises ValueError for a negative window or fewer than one entry."""
+        if window < 0 or max_entries < 1:
+            raise ValueError("window must be >= 0 and max_entries >= 1")
+        self.window = window
+        self.max_entries = max_entries
+        # key -> (first sent, ports sent to); order = time order
+        self._entries: OrderedDict[int, tuple[float, tuple[P, ...]]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def admit(self, key: int, targets: tuple[P, ...], now: float) -> tuple[P, ...]:
+        """The targets that have not had ``key`` within the window; recorded as sent."""
+        entries = self._entries
+        entry = entries.get(key)
+        if entry is None or now - entry[0] >= self.window:
+            if entry is not None:
+                del entries[key]
+            entries[key] = (now, targets)
+            if len(entries) > self.max_entries:
+                entries.popitem(last=False)
+            return targets
+        sent = entry[1]
+        kept = tuple(t for t in targets if t not in sent)
+        if kept:
+            entries[key] = (entry[0], sent + kept)
+        return kept
+
+    def purge(self, now: float) -> int:
+        """Forget records older than the window; returns how many were removed."""
+        entries = self._entries
+        removed = 0
+        while entries:
+            _, (first, _) = next(iter(entries.items()))
+            if now - first < self.window:
+                break
+            entries.popitem(last=False)
+            removed += 1
+        return removed

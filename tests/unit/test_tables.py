@@ -1,0 +1,121 @@
+"""The bounded tables of the switch (policy/tables.py): two tiers, counted evictions, loop bound."""
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ipxbridge.policy.tables import PROOF_AFTER, EgressGuard, ProvenTable
+
+
+def table(capacity: int = 8) -> tuple[ProvenTable[str, str], Counter[tuple[str, str]]]:
+    evictions: Counter[tuple[str, str]] = Counter()
+    return ProvenTable(capacity, "nodes", evictions), evictions
+
+
+def test_a_flood_of_new_keys_never_pushes_out_a_proven_one() -> None:
+    t, evictions = table(8)
+    t.learn("station", "eth0", 0.0)
+    t.learn("station", "eth0", PROOF_AFTER)  # heard again a second later: proven
+    assert t.is_proven("station")
+    for n in range(6_000):  # one packet each, as a flood of random source MACs
+        t.learn(f"mac{n}", "eth0", 2.0 + n / 1_000)
+    assert t.get("station") == ("eth0", PROOF_AFTER)
+    assert len(t) <= 8
+    assert evictions[("nodes", "unproven")] == 6_000 - 2  # two unproven places (8 // 4)
+    assert evictions[("nodes", "proven")] == 0
+
+
+def test_keys_heard_only_within_the_first_second_stay_unproven() -> None:
+    t, _ = table()
+    for k in range(10):
+        t.learn("burst", "p", k * PROOF_AFTER / 20)
+    assert not t.is_proven("burst")
+    t.learn("burst", "q", PROOF_AFTER)
+    assert t.is_proven("burst")
+    assert t.get("burst") == ("q", PROOF_AFTER)  # the port it is behind moves with it
+
+
+def test_a_full_proven_tier_evicts_its_least_recently_heard() -> None:
+    t, evictions = table(4)  # three proven places, one unproven
+    now = 0.0
+    for k in "abc":  # each heard twice a second apart: proven
+        t.learn(k, "p", now)
+        t.learn(k, "p", now + PROOF_AFTER)
+        now += PROOF_AFTER + 0.1
+    t.learn("a", "p", now)  # a speaks again: b is now the least recently heard
+    t.learn("d", "p", now + 0.1)
+    t.learn("d", "p", now + 0.1 + PROOF_AFTER)  # d's promotion needs a proven place
+    assert [k in t for k in "abcd"] == [True, False, True, True]
+    assert evictions[("nodes", "proven")] == 1
+
+
+def test_expiry_forgets_the_silent_and_is_not_an_eviction() -> None:
+    t, evictions = table()
+    t.learn("old", "p", 0.0)
+    t.learn("old", "p", 1.0)
+    t.learn("new", "p", 50.0)
+    assert t.expire(60.0, ttl=30.0) == 1
+    assert "old" not in t
+    assert "new" in t
+    assert not evictions
+
+
+def test_pop_and_items() -> None:
+    t, _ = table()
+    t.learn("a", "p", 0.0)
+    t.learn("b", "q", 0.5)
+    assert sorted((k, v) for k, v, _ in t.items()) == [("a", "p"), ("b", "q")]
+    t.pop("a")
+    t.pop("nothing")
+    assert [k for k, _, _ in t.items()] == ["b"]
+
+
+def test_a_table_needs_room_for_both_tiers() -> None:
+    with pytest.raises(ValueError, match="capacity"):
+        ProvenTable(1, "x", Counter())
+
+
+def test_the_guard_lets_a_packet_out_of_each_port_once_per_window() -> None:
+    guard: EgressGuard[str] = EgressGuard(0.25)
+    assert guard.admit(1, ("eth", "wrap"), 0.0) == ("eth", "wrap")
+    # A loop copy comes back a millisecond later and would go out of both again.
+    assert guard.admit(1, ("eth", "wrap", "peer"), 0.001) == ("peer",)
+    assert guard.admit(1, ("eth", "wrap", "peer"), 0.002) == ()
+    assert guard.admit(2, ("eth",), 0.002) == ("eth",)  # another packet is another packet
+    # A game repeating itself after the window goes out again.
+    assert guard.admit(1, ("eth", "wrap"), 0.3) == ("eth", "wrap")
+    assert guard.purge(10.0) == 2
+    assert len(guard) == 0
+
+
+def test_the_guard_is_bounded() -> None:
+    guard: EgressGuard[str] = EgressGuard(0.25, max_entries=100)
+    for key in range(1_000):
+        guard.admit(key, ("eth",), 0.0)
+    assert len(guard) == 100
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "c"]), st.floats(0, 0.01)),
+        min_size=1,
+        max_size=200,
+    )
+)
+def test_no_sequence_sends_a_packet_out_of_a_port_twice_in_a_window(
+    events: list[tuple[int, str, float]],
+) -> None:
+    """Whatever arrives, however often, each (packet, port) leaves at most once per window."""
+    guard: EgressGuard[str] = EgressGuard(1.0)
+    now = 0.0
+    sent: Counter[tuple[int, str]] = Counter()
+    for key, port, step in events:
+        now += step  # all within the first window (200 * 0.01 < 1.0... at most 2.0)
+        for out in guard.admit(key, (port, "z"), now):
+            sent[(key, out)] += 1
+    assert max(sent.values()) <= 2  # at most one per window, and the events span < 2 windows
+    if now < 1.0:
+        assert max(sent.values()) == 1
