@@ -815,12 +815,10 @@ class IpxSwitch:
             self._evict_bridge(seen)
         was_trusted = before is not None and self._trusted(bridge, before)
         trusted = self._trusted(bridge, heard)
-        if (
-            before is None
-            or was_trusted != trusted
-            or (before.tag, before.peers) != (heard.tag, heard.peers)
+        if (was_trusted or trusted) and (
+            was_trusted != trusted or before is None or before.peers != heard.peers
         ):
-            self._topology_changed()
+            self._topology_changed()  # only trusted bridges shape the targets
         if not trusted:
             # Remembered (bounded), so a peer's confirmation that arrives later counts, but
             # it changes nothing until then: a bystander's forgery can at worst leave a
