@@ -165,7 +165,7 @@ def check_ethernet(data: bytes) -> None:
 def check_ipxwrapper(data: bytes) -> None:
     """A datagram on UDP 54792: one error of the closed set, or a packet that builds back
     byte for byte, converts to an IPX packet our IPX codec accepts, and, if coalesced,
-    splits into IPX packets or fails with a closed reason (issue 13)."""
+    splits into IPX packets or fails with a closed reason."""
     try:
         packet = ipxwrapper.parse_ipxwrapper(data)
     except ipxwrapper.IpxWrapperError as exc:
@@ -177,12 +177,14 @@ def check_ipxwrapper(data: bytes) -> None:
     if packet.is_coalesced:
         try:
             inner = ipxwrapper.unpack_coalesced(packet.data)
-        except ipxwrapper.IpxWrapperError as exc:
+        except ipxwrapper.CoalescedError as exc:
+            assert exc.reason in ipxwrapper.COALESCED_REASONS, exc.reason
             assert exc.reason in WIRE_REASONS, exc.reason
         else:
             assert b"".join(inner) == bytes(packet.data)
+            assert len(inner) <= ipxwrapper.COALESCED_MAX_PACKETS
             for one in inner:
-                ipx.parse_header(one)
+                assert not ipx.parse_header(one).is_coalesced
 
 
 def check_dp4(data: bytes) -> None:
