@@ -23,8 +23,9 @@ decision is the switch's (``policy/switch.py`` rules 1-8) or the plan's
   subnet broadcast (lan) or to each peer (p2p); a unicast to ``00 00`` + IPv4 goes to that
   address (RFC 1234 host numbers), any other node to where it was last heard from.
 
-IPXWrapper coalesced batches (protocols.md 6) leave unchanged on IPXWrapper ports and are
-unpacked into their packets on Ethernet and RFC 1234 ports, whose stations do not know them.
+No IPXWrapper coalesced batch (protocols.md 6) reaches a port: the switch unpacks every
+batch where it enters and switches its packets one by one (``policy/switch.py`` rule 1), so
+every port carries plain IPX packets, which every IPXWrapper version and native stack accepts.
 """
 
 import contextlib
@@ -50,14 +51,13 @@ from ipxbridge.wire.ethernet import (
     max_ipx_len,
     parse_frame,
 )
-from ipxbridge.wire.ipx import BROADCAST_NODE, is_coalesced_packet
+from ipxbridge.wire.ipx import BROADCAST_NODE
 from ipxbridge.wire.ipxwrapper import (
     IPXWRAPPER_UDP_PORT,
     build_ipxwrapper,
     ipx_to_ipxwrapper,
     ipxwrapper_to_ipx,
     parse_ipxwrapper,
-    unpack_coalesced,
 )
 
 logger = logging.getLogger(__name__)
@@ -215,10 +215,6 @@ class EthernetPort:
 
     def send(self, packet: bytes, dst_node: bytes) -> None:
         """Put one IPX packet on the segment (in each framing it needs)."""
-        if is_coalesced_packet(packet):
-            for inner in unpack_coalesced(memoryview(packet)[30:]):
-                self.send(inner, inner[10:16])
-            return
         src = packet[22:28]
         src_mac = self.mac if src[0] & 0x01 or src == bytes(6) else src
         if dst_node == BROADCAST_NODE:
@@ -320,11 +316,7 @@ class Rfc1234Port(_UdpPort):
         return self.links.get(dst_node)
 
     def send(self, packet: bytes, dst_node: bytes) -> None:
-        """Send one IPX packet to the segment's hosts (a batch is unpacked, module doc)."""
-        if is_coalesced_packet(packet):
-            for inner in unpack_coalesced(memoryview(packet)[30:]):
-                self._send_datagram(inner, inner[10:16])
-            return
+        """Send one IPX packet to the segment's hosts."""
         self._send_datagram(packet, dst_node)
 
 
@@ -408,7 +400,12 @@ class IpxWrapperSocket:
                 continue
             port = self.ports[segment]
             decision = sink.ingest(segment, packet, label=port.label)
-            if decision.outcome is not Outcome.DROPPED:
+            if decision.detail == "batch":
+                # From its packets as from lone ones; its own header is checked by nobody.
+                for inner, one in decision.inner:
+                    if one.outcome is not Outcome.DROPPED:
+                        port.links.learn(inner[22:28], addr)
+            elif decision.outcome is not Outcome.DROPPED:
                 port.links.learn(packet[22:28], addr)
 
 

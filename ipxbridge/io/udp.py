@@ -218,6 +218,9 @@ class IpxEndpoint:
                     label = port.label
                     if decision.header is not None:
                         port.links.learn(decision.header.src_node, addr)
+                    for _, one in decision.inner:  # a batch: as from lone packets
+                        if one.header is not None:
+                            port.links.learn(one.header.src_node, addr)
             counters.port_received[label] += 1
             apply(decision, data, label, addr, now, started)
         self._log_events()
@@ -282,7 +285,11 @@ class IpxEndpoint:
                 counters.held_repeat += decision.repeats
         elif outcome is Outcome.CONTROL:
             counters.control += 1
-            counters.port_outcomes[(*label, "control", "")] += 1
+            if decision.detail == "batch":
+                counters.port_outcomes[(*label, "control", "batch")] += 1
+                self._apply_batch(decision, label, addr, now, started)
+            else:
+                counters.port_outcomes[(*label, "control", "")] += 1
         else:
             counters.dropped[decision.detail] += 1
             counters.port_outcomes[(*label, "dropped", decision.detail)] += 1
@@ -305,6 +312,26 @@ class IpxEndpoint:
                 source=("ipx", header.src_node),
                 now=now,
             )
+
+    def _apply_batch(
+        self,
+        decision: Decision,
+        label: tuple[str, str],
+        addr: Address | None,
+        now: float,
+        started: float,
+    ) -> None:
+        """Apply the packets of a batch (policy/switch.py rule 1) as lone packets.
+
+        Each one is received on the batch's port, then sent, counted and inspected as a lone
+        packet would be; its bytes were counted with the datagram. At most 46, and a packet
+        of a batch is never a batch.
+        """
+        counters = self.counters
+        for packet, inner in decision.inner:
+            counters.received += 1
+            counters.port_received[label] += 1
+            self._apply(inner, packet, label, addr, now, started)
 
     def probe(self, payload: bytes) -> int:
         """Broadcast a DirectPlay probe to every client on the discovery socket 0xA57F."""

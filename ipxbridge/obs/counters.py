@@ -2,8 +2,10 @@
 
 Every datagram received is counted once as forwarded, control or dropped with a reason, so
 ``received == forwarded + control + sum(dropped)`` always holds (the "nothing is lost
-silently" rule). Copies are counted separately: one forwarded broadcast becomes many copies,
-and a copy the kernel refuses is a send error by errno name, never silently lost.
+silently" rule). A coalesced batch is a control datagram, and each packet in it is counted
+as received with its own outcome (policy/switch.py rule 1). Copies are counted separately:
+one forwarded broadcast becomes many copies, and a copy the kernel refuses is a send error by
+errno name, never silently lost.
 
 Plain slot integers cost ~40 ns per increment against ~2.7 us for a labelled
 prometheus_client counter (house style B1); the exposition reads these at scrape time.

@@ -386,7 +386,8 @@ def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
     outcomes = CounterMetricFamily(
         "ipxbridge_ipx_port_packets",
         "What became of the packets each port received: outcome forwarded, control or"
-        " dropped (with its reason); per port they sum to its received packets.",
+        " dropped (with its reason); per port they sum to its received packets. A coalesced"
+        " batch is control with reason batch, and each packet in it counts on its own.",
         labels=["kind", "interface", "outcome", "reason"],
     )
     for (kind, iface, outcome, reason), n in sorted(counters.port_outcomes.items()):

@@ -15,6 +15,15 @@ Ports are UDP addresses of two kinds:
 Rules, in the order they are applied:
 
 1. Malformed datagrams are dropped with the codec's reason (``ipx.parse_header``).
+   Batches are unpacked where they enter: an IPXWrapper coalesced batch (source socket 0,
+   type 2; protocols.md 6), from a client, a peer or a segment, is split
+   (``wire.ipxwrapper.unpack_coalesced``) and each packet in it goes through rules 2-8 as a
+   lone packet from the same port; the datagram is ``control``/``batch`` and
+   ``Decision.inner`` holds what became of each packet. Why: an inner packet must not skip
+   the filter, the source check, hop and duplicate control or the budgets; and ports then
+   carry plain packets, which every IPXWrapper version accepts. A malformed batch is
+   dropped whole with the codec's ``batch_*`` reason. A batch holds at most 1384 bytes, so
+   at most 46 packets: one datagram never costs more than 46 lone packets.
 2. An unknown address may only register; anything else from it is ``unregistered``. Nothing is
    sent to a new address before its registration reply (DOSBox takes the first datagram it
    receives as the reply, protocols.md 4.2). A registered client stays until ``idle_timeout``
@@ -141,6 +150,7 @@ from ipxbridge.wire.ipx import (
     rfc1234_node,
     with_hops,
 )
+from ipxbridge.wire.ipxwrapper import CoalescedError, unpack_coalesced
 
 Address = tuple[str, int]
 
@@ -217,13 +227,15 @@ class Decision:
     Attributes:
         outcome: forwarded, control or dropped.
         detail: what kind of that outcome, from a closed set per outcome: the drop reason
-            (``POLICY_DROP_REASONS`` or the codec's), the kind of control packet, or the kind
-            of forward (``broadcast``, ``unicast``, ``flooded``: unknown unicast, to peers).
+            (``POLICY_DROP_REASONS`` or the codec's), the kind of control packet (``batch``
+            for a coalesced batch, rule 1), or the kind of forward (``broadcast``,
+            ``unicast``, ``flooded``: unknown unicast, to peers).
         packet: the bytes to send to every port in ``targets`` (None when not forwarding).
         targets: where ``packet`` goes: UDP addresses and segments.
         replies: packets the bridge itself sends back, each with its address.
         header: the IPX header, for packets that were forwarded or delivered to the bridge
             itself (the DirectPlay inspector looks at their data).
+        inner: for a batch, each packet in it with its own decision, in order (rule 1).
     """
 
     outcome: Outcome
@@ -234,6 +246,7 @@ class Decision:
     header: IpxHeader | None = None  # set when the payload is worth inspecting
     held: int = 0  # copies not sent: unverified clients over their budget (rule 2)
     repeats: int = 0  # copies not sent: the port had this packet within EGRESS_WINDOW (rule 9)
+    inner: tuple[tuple[bytes, "Decision"], ...] = ()  # a batch: (packet, its decision)
 
 
 @dataclass(slots=True)
@@ -709,16 +722,34 @@ class IpxSwitch:
             header = parse_header(data)
         except WireError as exc:
             return _drop(exc.reason)
+        if not header.is_coalesced:
+            return self._from_address(src, header, data, now)
+        if src not in self.clients and src not in self.peers:
+            # Refused whatever it holds: the datagram is refused once, not packet by packet.
+            refused = self._refused(src)
+            if refused is not None:
+                return _drop(refused)
+        return self._batch(data, lambda h, p: self._from_address(src, h, p, now))
+
+    def _refused(self, src: Address) -> str | None:
+        """Why nothing from ``src``, neither a client nor a peer, is taken (rule 2), if so."""
+        if not self.settings.allows(src[0]):
+            return "not_allowed"
+        if src[1] == 0:
+            # No real client sends from port 0; a reply to it would go nowhere useful.
+            return "source_port_zero"
+        return None
+
+    def _from_address(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
+        """One IPX packet from a UDP address on the tunnel socket (rules 2-8)."""
         client = self.clients.get(src)
         if client is not None:
             return self._from_client(client, header, data, now)
         if src in self.peers:
             return self._from_peer(src, header, data, now)
-        if not self.settings.allows(src[0]):
-            return _drop("not_allowed")
-        if src[1] == 0:
-            # No real client sends from port 0; a reply to it would go nowhere useful.
-            return _drop("source_port_zero")
+        refused = self._refused(src)
+        if refused is not None:
+            return _drop(refused)
         if header.is_registration:
             return self._register(src, now)
         if self.settings.rejoin and header.src_node == dosbox_node(src[0], src[1]):
@@ -744,7 +775,30 @@ class IpxSwitch:
             header = parse_header(data)
         except WireError as exc:
             return _drop(exc.reason)
-        return self._from_segment(segment, header, data, now, (segment, via))
+        key = (segment, via)
+        if header.is_coalesced:
+            return self._batch(data, lambda h, p: self._from_segment(segment, h, p, now, key))
+        return self._from_segment(segment, header, data, now, key)
+
+    def _batch(self, data: bytes, switch_one: Callable[[IpxHeader, bytes], Decision]) -> Decision:
+        """A coalesced batch: each packet switched by ``switch_one`` as a lone one (rule 1).
+
+        At most ``COALESCED_MAX_PACKETS`` (46) packets, none of them a batch: the codec
+        refuses magic packets inside, so this never recurses.
+        """
+        try:
+            packets = unpack_coalesced(memoryview(data)[HEADER_LEN:])
+        except CoalescedError as exc:
+            return _drop(exc.reason)
+        inner: list[tuple[bytes, Decision]] = []
+        for packet in packets:
+            try:
+                header = parse_header(packet)  # the codec checked checksum and length
+            except WireError as exc:
+                inner.append((packet, _drop(exc.reason)))
+                continue
+            inner.append((packet, switch_one(header, packet)))
+        return Decision(Outcome.CONTROL, "batch", inner=tuple(inner))
 
     def _from_segment(
         self, segment: Segment, header: IpxHeader, data: bytes, now: float, via: object
@@ -886,9 +940,7 @@ class IpxSwitch:
         if header.is_shutdown:
             self.remove_client(client.addr, "shutdown")
             return Decision(Outcome.CONTROL, "shutdown")
-        if header.src_node != client.node and not (
-            header.is_coalesced and header.src_node == ZERO_NODE
-        ):
+        if header.src_node != client.node:
             return _drop("spoofed_source")
         if header.dst_node == client.server_node:
             # Addressed to the bridge: the answer to our keepalive, or a reply to one of the
@@ -995,8 +1047,7 @@ class IpxSwitch:
             return Decision(
                 Outcome.DROPPED, "egress_repeat", replies=replies, held=held, repeats=repeats
             )
-        # IPXWrapper coalesced datagrams are passed on byte for byte (protocols.md section 6).
-        packet = data if header.is_coalesced else with_hops(data, hops)
+        packet = with_hops(data, hops)  # never a batch: those are unpacked (rule 1)
         return Decision(Outcome.FORWARDED, kind, packet, targets, replies, header, held, repeats)
 
     def _within_budget(

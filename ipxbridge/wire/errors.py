@@ -51,7 +51,16 @@ BeaconReason = Literal[
     "beacon_malformed",  # another version, or a count that runs past the data
     "beacon_unverified",  # a key is configured and the MAC is missing or wrong
 ]
-WireReason = IpxReason | DPlayReason | EthernetReason | BeaconReason
+# A coalesced IPXWrapper batch that does not split into IPX packets (wire/ipxwrapper.py
+# rule 4); the switch drops the whole datagram with the reason (policy/switch.py rule 1).
+CoalescedReason = Literal[
+    "batch_truncated",  # the data ends inside an inner packet's header or data
+    "batch_bad_length",  # an inner Length below 30
+    "batch_bad_checksum",  # an inner checksum other than 0xFFFF
+    "batch_nested",  # a magic packet (a batch, an SPX lookup) inside the batch
+    "batch_too_large",  # more data than IPXWrapper ever batches (1384 bytes)
+]
+WireReason = IpxReason | DPlayReason | EthernetReason | CoalescedReason | BeaconReason
 
 DPLAY_REASONS: Final[tuple[DPlayReason, ...]] = get_args(DPlayReason)
 
@@ -59,6 +68,7 @@ WIRE_REASONS: Final[tuple[WireReason, ...]] = (
     *get_args(IpxReason),
     *DPLAY_REASONS,
     *get_args(EthernetReason),
+    *get_args(CoalescedReason),
     *get_args(BeaconReason),
 )
 

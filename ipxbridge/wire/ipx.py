@@ -47,7 +47,7 @@ SOCKET_DPLAY_DISCOVERY: Final = 0xA57F  # DirectPlay IPX discovery socket (proto
 SOCKET_SHUTDOWN: Final = 86
 PACKET_TYPE_SHUTDOWN: Final = 0xFF
 # IPXWrapper coalescing (protocols.md section 6): source socket 0 and packet type 2, data is a
-# run of complete IPX packets. A relay forwards these unchanged.
+# run of complete IPX packets. The switch unpacks them where they enter (policy/switch.py).
 PACKET_TYPE_COALESCED: Final = 2
 # Offsets of the header fields read from an encoded packet without decoding it (3.1).
 TYPE_OFFSET: Final = 5
@@ -112,15 +112,6 @@ class IpxHeader:
     def is_coalesced(self) -> bool:
         """An IPXWrapper coalesced datagram (source socket 0, packet type 2)."""
         return self.src_socket == 0 and self.packet_type == PACKET_TYPE_COALESCED
-
-
-def is_coalesced_packet(data: bytes | memoryview) -> bool:
-    """``IpxHeader.is_coalesced`` of an encoded packet of at least 30 bytes, read in place."""
-    return (
-        data[TYPE_OFFSET] == PACKET_TYPE_COALESCED
-        and data[SRC_SOCKET_OFFSET] == 0
-        and data[SRC_SOCKET_OFFSET + 1] == 0
-    )
 
 
 def parse_header(data: bytes | memoryview) -> IpxHeader:

@@ -36,15 +36,19 @@ Contract:
   (``IpxWrapperMagic``): type 1 asks for SPX-over-TCP addresses, type 2 is a coalesced
   batch. They are decoded like any packet; ``magic`` names them and the caller decides.
 * Rule 4. ``unpack_coalesced`` splits a coalesced packet's data into its complete IPX packets
-  (30-byte header each, sized by its Length field, checksum 0xFFFF). A trailing partial
-  packet is ``truncated``; a Length below 30, data over IPXWrapper's 1384-byte bound and a
-  magic packet nested inside are ``bad_length``; a checksum other than 0xFFFF is
-  ``bad_checksum``. Nothing is ever unpacked twice: a batch never holds another batch.
+  (30-byte header each, sized by its Length field, checksum 0xFFFF), all or nothing: data
+  over IPXWrapper's 1384-byte bound is ``batch_too_large``; a trailing partial packet
+  (header or data) is ``batch_truncated``; a Length below 30 is ``batch_bad_length``; a
+  checksum other than 0xFFFF is ``batch_bad_checksum``; a magic packet inside is
+  ``batch_nested``. Nothing is ever unpacked twice: a batch never holds another batch. With
+  at least 30 bytes a packet, a batch holds at most 46 packets. The switch unpacks every
+  batch where it enters (policy/switch.py rule 1); none is forwarded as a batch.
 
-Every error raised for remote input is an ``IpxWrapperError``, a ``WireError`` whose reason
-is one of ``IPXWRAPPER_REASONS`` (a subset of ``WIRE_REASONS``, so the drops metric already
-exports it). ``ValueError`` from a builder means the caller misused the API. Anything else
-is a bug.
+Every error raised for remote input is a ``WireError``: an ``IpxWrapperError`` (reason in
+``IPXWRAPPER_REASONS``) from the datagram codec, a ``CoalescedError`` (``COALESCED_REASONS``)
+from ``unpack_coalesced``. Both sets are part of ``WIRE_REASONS``, so the drops metric
+already exports them. ``ValueError`` from a builder means the caller misused the API.
+Anything else is a bug.
 """
 
 import struct
@@ -53,7 +57,7 @@ from enum import IntEnum
 from typing import Final, Literal, get_args
 
 from ipxbridge.wire import ipx
-from ipxbridge.wire.errors import WireError
+from ipxbridge.wire.errors import CoalescedReason, WireError
 
 # protocols.md 6: IPXWrapper's UDP port (src/ipxwrapper.h ``#define PORT 54792``).
 IPXWRAPPER_UDP_PORT: Final = 54792
@@ -74,12 +78,16 @@ MAX_DATA: Final = ipx.MAX_DATAGRAM - ipx.HEADER_LEN
 # mode, 27-byte here) carried it.
 COALESCED_MAX_SIZE: Final = 1384
 
-IpxWrapperReason = Literal["truncated", "bad_length", "bad_checksum"]
+# The fewest bytes an inner packet takes (its header), hence the most packets one batch holds.
+COALESCED_MAX_PACKETS: Final = COALESCED_MAX_SIZE // ipx.HEADER_LEN  # 46
+
+IpxWrapperReason = Literal["truncated", "bad_length"]
 IPXWRAPPER_REASONS: Final[tuple[IpxWrapperReason, ...]] = get_args(IpxWrapperReason)
+COALESCED_REASONS: Final[tuple[CoalescedReason, ...]] = get_args(CoalescedReason)
 
 
 class IpxWrapperError(WireError):
-    """Bytes offered as IPXWrapper UDP (or as a coalesced batch) do not decode.
+    """Bytes offered as IPXWrapper UDP do not decode.
 
     Attributes:
         reason: one of ``IPXWRAPPER_REASONS``.
@@ -88,6 +96,18 @@ class IpxWrapperError(WireError):
     def __init__(self, reason: IpxWrapperReason, detail: str) -> None:
         super().__init__(reason, detail)
         self.reason: IpxWrapperReason = reason
+
+
+class CoalescedError(WireError):
+    """The data of a coalesced batch does not split into IPX packets (Rule 4).
+
+    Attributes:
+        reason: one of ``COALESCED_REASONS``.
+    """
+
+    def __init__(self, reason: CoalescedReason, detail: str) -> None:
+        super().__init__(reason, detail)
+        self.reason: CoalescedReason = reason
 
 
 class IpxWrapperMagic(IntEnum):
@@ -257,39 +277,43 @@ def unpack_coalesced(data: bytes | memoryview) -> list[bytes]:
 
     Returns:
         Each inner packet, 30-byte IPX header included, in order; each one passes
-        ``ipx.parse_header``. Empty data gives an empty list.
+        ``ipx.parse_header``, none is a magic packet, and there are at most
+        ``COALESCED_MAX_PACKETS``. Empty data gives an empty list.
 
     Raises:
-        IpxWrapperError: ``bad_length`` (data over 1384 bytes, an inner Length below 30, or
-            a magic packet nested inside), ``truncated`` (the data ends inside a packet) or
-            ``bad_checksum`` (an inner checksum other than 0xFFFF).
+        CoalescedError: ``batch_too_large`` (data over 1384 bytes), ``batch_truncated``
+            (the data ends inside a packet), ``batch_bad_length`` (an inner Length below
+            30), ``batch_bad_checksum`` (an inner checksum other than 0xFFFF) or
+            ``batch_nested`` (a magic packet inside).
     """
     view = memoryview(data)
     total = len(view)
     if total > COALESCED_MAX_SIZE:
-        raise IpxWrapperError(
-            "bad_length", f"{total} bytes of coalesced data exceed {COALESCED_MAX_SIZE}"
+        raise CoalescedError(
+            "batch_too_large", f"{total} bytes of coalesced data exceed {COALESCED_MAX_SIZE}"
         )
     packets: list[bytes] = []
     offset = 0
     while offset < total:
         left = total - offset
         if left < ipx.HEADER_LEN:
-            raise IpxWrapperError(
-                "truncated", f"{left} trailing bytes at offset {offset}, not an IPX header"
+            raise CoalescedError(
+                "batch_truncated", f"{left} trailing bytes at offset {offset}, not an IPX header"
             )
         checksum, length = struct.unpack_from("!HH", view, offset)
         if length < ipx.HEADER_LEN:
-            raise IpxWrapperError(
-                "bad_length", f"inner packet at offset {offset} has length {length} < 30"
+            raise CoalescedError(
+                "batch_bad_length", f"inner packet at offset {offset} has length {length} < 30"
             )
         if length > left:
-            raise IpxWrapperError(
-                "truncated", f"inner packet at offset {offset} has length {length}, {left} left"
+            raise CoalescedError(
+                "batch_truncated",
+                f"inner packet at offset {offset} has length {length}, {left} left",
             )
         if checksum != ipx.CHECKSUM_NONE:
-            raise IpxWrapperError(
-                "bad_checksum", f"inner packet at offset {offset} has checksum 0x{checksum:04x}"
+            raise CoalescedError(
+                "batch_bad_checksum",
+                f"inner packet at offset {offset} has checksum 0x{checksum:04x}",
             )
         src_socket = int.from_bytes(
             view[offset + ipx.SRC_SOCKET_OFFSET : offset + ipx.HEADER_LEN], "big"
@@ -298,8 +322,8 @@ def unpack_coalesced(data: bytes | memoryview) -> list[bytes]:
             # IPXWrapper batches what applications send, and no application sends from
             # socket 0: a batch (or lookup) inside a batch is forged. Refusing it keeps one
             # datagram from unfolding twice.
-            raise IpxWrapperError(
-                "bad_length", f"magic packet nested in a coalesced batch at offset {offset}"
+            raise CoalescedError(
+                "batch_nested", f"magic packet nested in a coalesced batch at offset {offset}"
             )
         packets.append(bytes(view[offset : offset + length]))
         offset += length

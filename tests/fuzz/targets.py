@@ -17,7 +17,8 @@ Targets:
 * ``pcap``: ``ipxbridge decode --pcap`` on an arbitrary file.
 * ``reassembly``: a stream of PACKET2_DATA fragments from four sources against small budgets.
 * ``inspect``: the inspector (classify, reassemble, game list) on a stream of payloads.
-* ``switch``: the IPX switch on a stream of datagrams from clients, a peer and strangers.
+* ``switch``: the IPX switch on a stream of datagrams from clients, a peer and strangers,
+  coalesced IPXWrapper batches among them.
 * ``relay``: the broadcast relay's ``RelayPolicy.decide`` on a stream of datagrams, in both
   source modes (``preserve`` and ``rewrite``, which edits DirectPlay 4 SOCKADDRs).
 
@@ -51,6 +52,7 @@ from ipxbridge.policy.sessions import SessionTable
 from ipxbridge.policy.switch import (
     POLICY_DROP_REASONS,
     Address,
+    Decision,
     IpxSwitch,
     Outcome,
     SwitchSettings,
@@ -165,7 +167,7 @@ def check_ethernet(data: bytes) -> None:
 def check_ipxwrapper(data: bytes) -> None:
     """A datagram on UDP 54792: one error of the closed set, or a packet that builds back
     byte for byte, converts to an IPX packet our IPX codec accepts, and, if coalesced,
-    splits into IPX packets or fails with a closed reason (issue 13)."""
+    splits into IPX packets or fails with a closed reason."""
     try:
         packet = ipxwrapper.parse_ipxwrapper(data)
     except ipxwrapper.IpxWrapperError as exc:
@@ -177,12 +179,14 @@ def check_ipxwrapper(data: bytes) -> None:
     if packet.is_coalesced:
         try:
             inner = ipxwrapper.unpack_coalesced(packet.data)
-        except ipxwrapper.IpxWrapperError as exc:
+        except ipxwrapper.CoalescedError as exc:
+            assert exc.reason in ipxwrapper.COALESCED_REASONS, exc.reason
             assert exc.reason in WIRE_REASONS, exc.reason
         else:
             assert b"".join(inner) == bytes(packet.data)
+            assert len(inner) <= ipxwrapper.COALESCED_MAX_PACKETS
             for one in inner:
-                ipx.parse_header(one)
+                assert not ipx.parse_header(one).is_coalesced
 
 
 def check_dp4(data: bytes) -> None:
@@ -350,7 +354,7 @@ def datagrams(data: bytes) -> Iterator[tuple[Address, bytes, float]]:
     while r.more():
         mode = r.u8()
         now += r.u8() / 4
-        packet = bytearray(r.blob(600))
+        packet = bytearray(r.blob(1500))  # a batch over IPXWrapper's 1384 bytes too
         if mode & 0x80 and len(packet) >= ipx.HEADER_LEN:
             packet[0:4] = b"\xff\xff" + len(packet).to_bytes(2, "big")
         yield ADDRESSES[mode % len(ADDRESSES)], bytes(packet), now
@@ -359,42 +363,68 @@ def datagrams(data: bytes) -> Iterator[tuple[Address, bytes, float]]:
 def check_switch(data: bytes) -> None:
     """The switch never raises, gives every datagram exactly one known outcome, relays only
     to its own ports and never back to the ingress, changes nothing but the hop count, and
-    sends replies only to the sender (no reflection: reliability.md R7, R8)."""
+    sends replies only to the sender (no reflection: reliability.md R7, R8). A coalesced
+    batch is never forwarded as one: each of its packets gets a decision of its own, held
+    to the same properties (policy/switch.py rule 1)."""
     switch = IpxSwitch(SWITCH_SETTINGS, (PEER,), lambda _a: ipx.dosbox_node(*SERVER))
     for client in CLIENTS:
         switch.handle(ipx.build_registration(), client, 0.0)
     for src, packet, now in datagrams(data):
+        before = {*switch.clients, *switch.peers}
         decision = switch.handle(packet, src, now)
-        assert decision.outcome in Outcome
-        if decision.outcome is Outcome.DROPPED:
-            assert decision.detail in DROP_REASONS, decision.detail
-            assert decision.packet is None
-        for _reply, to in decision.replies:
-            assert to == src
         if src == STRANGER:
             assert decision.outcome is Outcome.DROPPED
-        if decision.outcome is Outcome.FORWARDED:
-            assert decision.packet is not None
-            assert decision.targets
-            assert src not in decision.targets
-            assert set(decision.targets) <= {*switch.clients, *switch.peers}
-            header = ipx.parse_header(packet)
-            out = ipx.parse_header(decision.packet)
-            assert decision.packet[5:] == packet[5:]
-            # Hop byte: a peer's count + 1; a client's taken as 0 (protocols.md 4.1);
-            # coalesced datagrams untouched.
-            if header.is_coalesced:
-                assert out.hops == header.hops
-            elif src in switch.peers:
-                assert out.hops == header.hops + 1
-            else:
-                assert out.hops == 1
-            if decision.detail == "flooded":  # unknown unicast: never to a DOSBox client
-                assert set(decision.targets) <= set(switch.peers)
+        # A packet of a batch may go to a client the batch itself registered.
+        ports = before | {*switch.clients, *switch.peers}
+        check_decision(decision, packet, src, switch, ports)
         assert len(switch.clients) <= SWITCH_SETTINGS.max_clients
         assert switch.learned_nodes <= SWITCH_SETTINGS.max_learned_nodes
         for _ping, port in switch.tick(now):
             assert port in switch.clients
+
+
+def check_decision(
+    decision: Decision,
+    packet: bytes,
+    src: Address,
+    switch: IpxSwitch,
+    ports: set[Address],
+    *,
+    in_batch: bool = False,
+) -> None:
+    """The properties of ``check_switch`` for one decision (and the packets of a batch)."""
+    assert decision.outcome in Outcome
+    if decision.outcome is Outcome.DROPPED:
+        assert decision.detail in DROP_REASONS, decision.detail
+        assert decision.packet is None
+    for _reply, to in decision.replies:
+        assert to == src
+    if (decision.outcome, decision.detail) == (Outcome.CONTROL, "batch"):
+        assert not in_batch  # a packet of a batch is never a batch
+        assert ipx.parse_header(packet).is_coalesced
+        assert decision.packet is None
+        assert len(decision.inner) <= ipxwrapper.COALESCED_MAX_PACKETS
+        assert b"".join(inner for inner, _ in decision.inner) == packet[ipx.HEADER_LEN :]
+        for inner, one in decision.inner:
+            check_decision(one, inner, src, switch, ports, in_batch=True)
+    else:
+        assert not decision.inner
+    if decision.outcome is Outcome.FORWARDED:
+        assert decision.packet is not None
+        assert decision.targets
+        assert src not in decision.targets
+        assert set(decision.targets) <= ports
+        header = ipx.parse_header(packet)
+        assert not header.is_coalesced  # unpacked where it entered
+        out = ipx.parse_header(decision.packet)
+        assert decision.packet[5:] == packet[5:]
+        # Hop byte: a peer's count + 1; a client's taken as 0 (protocols.md 4.1).
+        if src in switch.peers:
+            assert out.hops == header.hops + 1
+        else:
+            assert out.hops == 1
+        if decision.detail == "flooded":  # unknown unicast: never to a DOSBox client
+            assert set(decision.targets) <= set(switch.peers)
 
 
 RELAY_PLAN: Final = (
@@ -556,7 +586,30 @@ def datagram_seeds() -> list[bytes]:
     ]
     vectors = load_vectors()
     packets += [(2, vectors["c"].data), (0, vectors["c2"].data)]
+    # Coalesced batches (protocols.md 6): from a client (a broadcast, a unicast, a filtered
+    # socket, a spoofed source, the same broadcast again), and from the peer.
+    inner = [
+        ipx.build_packet(
+            dst_node=ipx.BROADCAST_NODE, dst_socket=0x4545, src_node=a, src_socket=0x4545
+        ),
+        ipx.build_packet(dst_node=b, dst_socket=0x4545, src_node=a, src_socket=0x4545),
+        ipx.build_packet(dst_node=b, dst_socket=0x0452, src_node=a, src_socket=0x0452),
+        ipx.build_packet(dst_node=b, dst_socket=0x4545, src_node=far, src_socket=0x4545),
+    ]
+    packets += [(0, coalesced(a, [*inner, inner[0]])), (2, coalesced(far, [inner[3]]))]
     return [b"".join(record(bytes((mode,)), b"\x02", blob(p)) for mode, p in packets)]
+
+
+def coalesced(src_node: bytes, inner: list[bytes]) -> bytes:
+    """A batch as IPXWrapper sends it: source socket 0, type 2, the packets as its data."""
+    return ipx.build_packet(
+        dst_node=ipx.BROADCAST_NODE,
+        dst_socket=0,
+        src_node=src_node,
+        src_socket=0,
+        packet_type=ipx.PACKET_TYPE_COALESCED,
+        payload=b"".join(inner),
+    )
 
 
 def relay_seeds() -> list[bytes]:

@@ -557,9 +557,11 @@ def coalesced(dst_node: bytes, src_node: bytes, inner: list[bytes]) -> bytes:
 
 
 @pytest.mark.netns
-def test_coalesced_batch_unchanged_to_ipxwrapper_and_unpacked_for_rfc1234(
-    net: Netns, workdir: Path
-) -> None:
+def test_coalesced_batch_reaches_every_port_as_its_packets(net: Netns, workdir: Path) -> None:
+    """A batch from a DOSBox-mode IPXWrapper client is unpacked where it enters the bridge
+    (policy/switch.py rule 1): the IPXWrapper station and the RFC 1234 host get its packets
+    one by one, plain, a hop counted, as lone packets; one to a filtered socket or with
+    another node as its source goes nowhere, and a malformed batch is dropped and counted."""
     with site(net, workdir, wireguard=True, rfc1234=True) as s:
         station = s.station()
         station.bind(GAME)
@@ -573,32 +575,64 @@ def test_coalesced_batch_unchanged_to_ipxwrapper_and_unpacked_for_rfc1234(
         ]
         client.sock.sendto(coalesced(ipx.BROADCAST_NODE, client.node, inner), client.server)
 
-        batch = station.receive_magic()
-        assert batch.data == b"".join(inner)  # byte for byte
-        assert (batch.ptype, batch.src_socket, batch.dst_socket) == (2, 0, 0)
-        assert (batch.src_node, batch.dst_node) == (client.node, ipx.BROADCAST_NODE)
-        assert (batch.source, batch.on) == (("10.98.0.1", 54792), "shared")
-        assert station.delivered == []  # a batch is never an application's packet
-
         for packet in inner:
-            got = host.receive(GAME)
-            assert got.raw == packet  # unpacked: each inner packet as it was batched
-            assert (got.dst_ip, got.source) == ("10.70.0.255", ("10.70.0.1", RFC1234_PORT))
+            got = station.receive(GAME)  # each one as a lone packet, in order
+            assert (got.data, got.ptype) == (packet[30:], 0)
+            assert (got.src_node, got.src_socket, got.dst_node) == (
+                client.node,
+                GAME,
+                ipx.BROADCAST_NODE,
+            )
+            assert (got.source, got.on) == (("10.98.0.1", 54792), "shared")
+        for packet in inner:
+            heard = host.receive(GAME)
+            assert heard.raw == packet[:4] + b"\x01" + packet[5:]  # one hop, nothing else
+            assert (heard.dst_ip, heard.source) == ("10.70.0.255", ("10.70.0.1", RFC1234_PORT))
 
-        # The station speaks; the bridge learns it; a batch for it arrives unchanged on the
-        # private port and nowhere else.
+        # The station speaks; the bridge learns it. A batch for it: the packets that pass
+        # the checks arrive on the private port, and nowhere else.
         station.send(ipx.BROADCAST_NODE, GAME, GAME, b"learn me")
         assert client.receive(GAME)[1] == b"learn me"
-        got = host.receive(GAME)
-        assert (got.data, got.src_node, got.dst_ip) == (b"learn me", STATION_NODE, "10.70.0.255")
-        inner = [ipx30(STATION_NODE, GAME, client.node, GAME, b"for the station only")] * 2
+        heard = host.receive(GAME)
+        assert (heard.data, heard.src_node, heard.dst_ip) == (
+            b"learn me",
+            STATION_NODE,
+            "10.70.0.255",
+        )
+        sap = 0x0452  # in the default socket filter
+        inner = [
+            ipx30(STATION_NODE, GAME, client.node, GAME, b"for the station only"),
+            ipx30(STATION_NODE, sap, client.node, sap, b"a SAP packet"),
+            ipx30(STATION_NODE, GAME, STATION_NODE, GAME, b"as the station itself"),
+            ipx30(STATION_NODE, GAME, client.node, GAME, b"and this one too"),
+        ]
         client.sock.sendto(coalesced(STATION_NODE, client.node, inner), client.server)
-        batch = station.receive_magic()
-        assert batch.data == b"".join(inner)
-        assert (batch.dst_node, batch.on) == (STATION_NODE, "private")
+        for data in (b"for the station only", b"and this one too"):
+            got = station.receive(GAME)
+            assert (got.data, got.dst_node, got.on) == (data, STATION_NODE, "private")
         assert [p for p in host.drain(0.5) if p.dst_socket == GAME] == []
-        assert station.dropped == []
 
-        metrics = s.metrics()
-        assert port_count(metrics, "dosbox", "", "forwarded") == 2  # the two batches
+        # A batch whose second packet has a checksum: dropped whole, counted by reason.
+        bad = bytearray(ipx30(ipx.BROADCAST_NODE, GAME, client.node, GAME, b"bad"))
+        bad[0:2] = b"\x00\x00"
+        good = ipx30(ipx.BROADCAST_NODE, GAME, client.node, GAME, b"not alone")
+        client.sock.sendto(
+            coalesced(ipx.BROADCAST_NODE, client.node, [good, bytes(bad)]), client.server
+        )
+        deadline = time.monotonic() + 5
+        while True:
+            metrics = s.metrics()
+            batch_drops = port_count(metrics, "dosbox", "", "dropped", "batch_bad_checksum")
+            if batch_drops or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert batch_drops == 1
+        station.poll(0.5)
+        assert [p.data for p in station.inbox] == []
+        assert (station.magic, station.dropped) == ([], [])  # no batch ever reached it
+
+        assert port_count(metrics, "dosbox", "", "control", "batch") == 2
+        assert port_count(metrics, "dosbox", "", "forwarded") == 3 + 2
+        assert port_count(metrics, "dosbox", "", "dropped", "filtered_socket") == 1
+        assert port_count(metrics, "dosbox", "", "dropped", "spoofed_source") == 1
         station.close()

@@ -5,6 +5,7 @@ honest in CI, and the planted-bug tests show that each kind of property can fail
 """
 
 import struct
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -13,6 +14,7 @@ from ipxbridge.policy import relay as relay_mod
 from ipxbridge.policy import switch as switch_mod
 from ipxbridge.policy.reassembly import Reassembler, ReassemblyLimits
 from ipxbridge.wire import directplay as dp
+from ipxbridge.wire import ipx
 from tests.fuzz import targets
 from tests.fuzz.targets import TARGETS, mutations
 from tests.unit.vectors import load_vectors
@@ -66,6 +68,21 @@ def test_switch_property_catches_a_reflection_to_the_ingress(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(switch_mod.IpxSwitch, "_all_but", lambda self, _ingress: self._ports)
+    with pytest.raises(AssertionError):
+        targets.check_switch(TARGETS["switch"].seeds()[0])
+
+
+def test_switch_property_catches_a_batch_forwarded_as_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The old way re-planted: a batch switched as one packet, its inner packets unchecked."""
+
+    def as_one(
+        self: switch_mod.IpxSwitch, data: bytes, switch_one: Callable[..., switch_mod.Decision]
+    ) -> switch_mod.Decision:
+        return switch_one(ipx.parse_header(data), data)
+
+    monkeypatch.setattr(switch_mod.IpxSwitch, "_batch", as_one)
     with pytest.raises(AssertionError):
         targets.check_switch(TARGETS["switch"].seeds()[0])
 

@@ -7,7 +7,12 @@ from hypothesis import strategies as st
 from ipxbridge.wire import ipx
 from ipxbridge.wire import ipxwrapper as iw
 from ipxbridge.wire.errors import WIRE_REASONS, WireError
-from ipxbridge.wire.ipxwrapper import IpxWrapperError, IpxWrapperMagic, IpxWrapperPacket
+from ipxbridge.wire.ipxwrapper import (
+    CoalescedError,
+    IpxWrapperError,
+    IpxWrapperMagic,
+    IpxWrapperPacket,
+)
 
 
 def hx(text: str) -> bytes:
@@ -41,9 +46,12 @@ def test_constants() -> None:
     assert iw.IPXWRAPPER_UDP_PORT == 54792
     assert iw.IPXWRAPPER_HEADER_LEN == 27
     assert iw.COALESCED_MAX_SIZE == 1384
+    assert iw.COALESCED_MAX_PACKETS == 46  # 30 bytes at least each
     assert iw.MAX_DATA + ipx.HEADER_LEN == ipx.MAX_DATAGRAM
     # the drops metric exports every reason this codec can give
     assert set(iw.IPXWRAPPER_REASONS) <= set(WIRE_REASONS)
+    assert set(iw.COALESCED_REASONS) <= set(WIRE_REASONS)
+    assert all(r.startswith("batch_") for r in iw.COALESCED_REASONS)
 
 
 def test_parse_broadcast_byte_table() -> None:
@@ -268,36 +276,36 @@ def test_unpack_up_to_the_bound() -> None:
     ("data", "reason"),
     [
         # trailing partial header
-        (INNER_A + INNER_B[:29], "truncated"),
-        (INNER_A + INNER_B[:1], "truncated"),
-        (INNER_A[:10], "truncated"),
+        (INNER_A + INNER_B[:29], "batch_truncated"),
+        (INNER_A + INNER_B[:1], "batch_truncated"),
+        (INNER_A[:10], "batch_truncated"),
         # trailing partial packet: the header is whole, the data is not
-        (INNER_A[:30], "truncated"),
-        (INNER_B + INNER_A[:-1], "truncated"),
+        (INNER_A[:30], "batch_truncated"),
+        (INNER_B + INNER_A[:-1], "batch_truncated"),
         # lengths below 30, zero included: never a packet, and would loop forever
-        (hx("FFFF 0000") + INNER_B[4:], "bad_length"),
-        (hx("FFFF 001D") + INNER_B[4:], "bad_length"),
-        (INNER_A + hx("FFFF 0000") + INNER_B[4:], "bad_length"),
+        (hx("FFFF 0000") + INNER_B[4:], "batch_bad_length"),
+        (hx("FFFF 001D") + INNER_B[4:], "batch_bad_length"),
+        (INNER_A + hx("FFFF 0000") + INNER_B[4:], "batch_bad_length"),
         # inner packets carry no checksum (RFC 1234 reserved packets)
-        (INNER_A + hx("0000") + INNER_B[2:], "bad_checksum"),
+        (INNER_A + hx("0000") + INNER_B[2:], "batch_bad_checksum"),
         # bigger than IPXWrapper ever batches
-        (inner(bytes(1384 - 30 + 1)), "bad_length"),
-        (inner(b"") * 47, "bad_length"),
+        (inner(bytes(1384 - 30 + 1)), "batch_too_large"),
+        (inner(b"") * 47, "batch_too_large"),
     ],
 )
 def test_unpack_errors(data: bytes, reason: str) -> None:
-    with pytest.raises(IpxWrapperError) as caught:
+    with pytest.raises(CoalescedError) as caught:
         iw.unpack_coalesced(data)
     assert caught.value.reason == reason
+    assert isinstance(caught.value, WireError)
 
 
 @pytest.mark.parametrize("ptype", [1, 2])
 def test_unpack_refuses_nested_magic(ptype: int) -> None:
     nested = inner(INNER_A, src_socket=0, packet_type=ptype)
-    with pytest.raises(IpxWrapperError) as caught:
+    with pytest.raises(CoalescedError) as caught:
         iw.unpack_coalesced(INNER_B + nested)
-    assert caught.value.reason == "bad_length"
-    assert "nested" in str(caught.value)
+    assert caught.value.reason == "batch_nested"
 
 
 def test_unpack_keeps_ordinary_socket_zero_packets() -> None:
@@ -361,9 +369,10 @@ def test_round_trips(packet: IpxWrapperPacket) -> None:
 def test_unpack_is_total(data: bytes) -> None:
     try:
         packets_out = iw.unpack_coalesced(data)
-    except IpxWrapperError as exc:
-        assert exc.reason in iw.IPXWRAPPER_REASONS
+    except CoalescedError as exc:
+        assert exc.reason in iw.COALESCED_REASONS
     else:
+        assert len(packets_out) <= iw.COALESCED_MAX_PACKETS
         assert b"".join(packets_out) == data
         for packet in packets_out:
             assert not ipx.parse_header(packet).is_coalesced

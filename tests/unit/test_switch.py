@@ -397,18 +397,6 @@ def test_hop_byte_from_a_client_never_drops() -> None:
         assert (d.outcome, d.targets) == (Outcome.FORWARDED, (B,)), hops
 
 
-def test_coalesced_datagram_passes_unchanged() -> None:
-    sw = make()
-    register(sw, A)
-    register(sw, B)
-    inner = data(node(A)) + data(node(A), payload=b"second")
-    outer = ipx.build_packet(
-        dst_node=node(B), dst_socket=0, src_node=node(A), src_socket=0, packet_type=2, payload=inner
-    )
-    d = sw.handle(outer, A, 0.0)
-    assert (d.outcome, d.targets, d.packet) == (Outcome.FORWARDED, (B,), outer)
-
-
 def test_malformed_is_dropped_with_codec_reason() -> None:
     sw = make()
     register(sw, A)
