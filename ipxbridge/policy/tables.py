@@ -14,14 +14,16 @@ tiers:
 Each tier evicts its least recently heard entry first (LRU through ``OrderedDict``, O(1):
 ``popitem(last=False)``, never ``next(iter(dict))``, which walks every slot deleted from the
 front of a plain dict). Evictions are counted by (table, tier); expiry is not an eviction.
-The clock is passed in (house style).
+An owner that keeps figures over the values (the framing learner's count per framing) is told
+of every entry that leaves, by eviction, expiry or ``pop`` (``on_remove``). The clock is
+passed in (house style).
 
 ``EgressGuard`` is the end-to-end bound on loops: a packet goes out of a given port at most
 once per window, whatever way it came in and whatever the other rules concluded.
 """
 
 from collections import Counter, OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
@@ -42,10 +44,27 @@ class _Entry(Generic[V]):
 class ProvenTable(Generic[K, V]):
     """A bounded map learned from traffic, with a protected tier (module docstring)."""
 
-    __slots__ = ("_evictions", "_name", "_proven", "_proven_cap", "_unproven", "_unproven_cap")
+    __slots__ = (
+        "_evictions",
+        "_name",
+        "_on_remove",
+        "_proven",
+        "_proven_cap",
+        "_unproven",
+        "_unproven_cap",
+    )
 
-    def __init__(self, capacity: int, name: str, evictions: Counter[tuple[str, str]]) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        name: str,
+        evictions: Counter[tuple[str, str]],
+        *,
+        on_remove: Callable[[K, V], None] | None = None,
+    ) -> None:
         """A table of at most ``capacity`` entries; evictions counted under ``name``.
+
+        ``on_remove`` is called with the key and value of every entry that leaves the table.
 
         Raises:
             ValueError: a capacity below 2 (each tier needs a place).
@@ -56,6 +75,7 @@ class ProvenTable(Generic[K, V]):
         self._unproven_cap = capacity - self._proven_cap
         self._name = name
         self._evictions = evictions
+        self._on_remove = on_remove
         # Order = least recently heard first.
         self._unproven: OrderedDict[K, _Entry[V]] = OrderedDict()
         self._proven: OrderedDict[K, _Entry[V]] = OrderedDict()
@@ -80,7 +100,7 @@ class ProvenTable(Generic[K, V]):
         if entry is None:
             unproven[key] = _Entry(value, now, now)
             if len(unproven) > self._unproven_cap:
-                unproven.popitem(last=False)
+                self._removed(*unproven.popitem(last=False))
                 self._evictions[(self._name, "unproven")] += 1
             return
         entry.value = value
@@ -91,8 +111,12 @@ class ProvenTable(Generic[K, V]):
         del unproven[key]
         proven[key] = entry
         if len(proven) > self._proven_cap:
-            proven.popitem(last=False)
+            self._removed(*proven.popitem(last=False))
             self._evictions[(self._name, "proven")] += 1
+
+    def _removed(self, key: K, entry: _Entry[V]) -> None:
+        if self._on_remove is not None:
+            self._on_remove(key, entry.value)
 
     def get(self, key: K) -> tuple[V, float] | None:
         """(value, last heard) of ``key``, or None."""
@@ -107,8 +131,9 @@ class ProvenTable(Generic[K, V]):
 
     def pop(self, key: K) -> None:
         """Forget ``key`` (not counted as an eviction)."""
-        self._proven.pop(key, None)
-        self._unproven.pop(key, None)
+        entry = self._proven.pop(key, None) or self._unproven.pop(key, None)
+        if entry is not None:
+            self._removed(key, entry)
 
     def expire(self, now: float, ttl: float) -> int:
         """Forget entries not heard for ``ttl``; returns how many."""
@@ -118,7 +143,7 @@ class ProvenTable(Generic[K, V]):
                 _, entry = next(iter(tier.items()))
                 if now - entry.last < ttl:
                     break
-                tier.popitem(last=False)
+                self._removed(*tier.popitem(last=False))
                 removed += 1
         return removed
 

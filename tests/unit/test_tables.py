@@ -119,3 +119,22 @@ def test_no_sequence_sends_a_packet_out_of_a_port_twice_in_a_window(
     assert max(sent.values()) <= 2  # at most one per window, and the events span < 2 windows
     if now < 1.0:
         assert max(sent.values()) == 1
+
+
+def test_the_owner_hears_of_every_entry_that_leaves() -> None:
+    removed: list[tuple[str, str]] = []
+    evictions: Counter[tuple[str, str]] = Counter()
+    t: ProvenTable[str, str] = ProvenTable(
+        4, "nodes", evictions, on_remove=lambda k, v: removed.append((k, v))
+    )
+    t.learn("a", "p", 0.0)
+    t.learn("b", "q", 0.1)  # one unproven place: a is evicted
+    assert removed == [("a", "p")]
+    t.learn("b", "q", PROOF_AFTER + 0.1)  # proven
+    t.learn("c", "r", 2.0)
+    t.pop("c")
+    t.pop("nothing")
+    assert removed == [("a", "p"), ("c", "r")]
+    assert t.expire(100.0, ttl=10.0) == 1
+    assert removed == [("a", "p"), ("c", "r"), ("b", "q")]
+    assert evictions == {("nodes", "unproven"): 1}
