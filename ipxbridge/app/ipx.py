@@ -223,6 +223,9 @@ class IpxService:
         """Keepalives, probes of unverified clients, expiry, beacons; WireGuard peer reads."""
         if self.endpoint is not None:
             self.endpoint.tick(now)
+            for port in self.endpoint.segments.values():
+                if isinstance(port, EthernetPort):
+                    port.tick(now)  # framings of silent stations expire
         if self.watcher is not None and now >= self._next_peer_check:
             self._next_peer_check = now + PEER_REFRESH_SECONDS
             if any(p.role == "p2p" for p in self.plans.values()):
@@ -316,7 +319,7 @@ class IpxService:
         port: SegmentPort
         if segment.kind is PortKind.ETHERNET:
             try:
-                port = EthernetPort(plan, endpoint)
+                port = EthernetPort(plan, endpoint, evictions=self.counters.table_evictions)
             except OSError as exc:
                 why = (
                     "no CAP_NET_RAW (needed for native IPX frames)"

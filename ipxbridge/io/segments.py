@@ -15,6 +15,10 @@ decision is the switch's (``policy/switch.py`` rules 1-8) or the plan's
   (native stations answer to the node, protocols.md 3.1, and a switch learns where it is),
   unless that node is a group address. A packet too large for a framing is not sent in it,
   counted (``frame_too_large``); never truncated.
+
+  With framing ``auto`` the port learns each station's framing (``policy/framings.py``) only
+  from frames whose packets the switch accepted, in a bounded table, and forgets a station
+  after ``FRAMING_TTL`` (``tick``).
 * **IPXWrapper** (``IpxWrapperSocket``): one UDP socket on 54792 for every IPXWrapper port.
   A datagram belongs to the port whose subnet or p2p peers hold its source; it is converted
   to IPX (``wire/ipxwrapper.py``). Copies leave from the bridge's address on the egress
@@ -34,19 +38,19 @@ import errno
 import logging
 import socket
 import struct
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from ipxbridge.io.relay import IP_PKTINFO
 from ipxbridge.obs.counters import IpxCounters
+from ipxbridge.policy.framings import FramingLearner
 from ipxbridge.policy.ipx_ports import PortPlan
 from ipxbridge.policy.switch import Decision, Outcome, PortKind, Segment
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ethernet import (
     BROADCAST_MAC,
     Framing,
-    FramingLearner,
     build_frame,
     max_ipx_len,
     parse_frame,
@@ -94,6 +98,34 @@ class Sink(Protocol):
     def reject(self, kind: str, interface: str, size: int, reason: str) -> None: ...  # noqa: D102
 
 
+class PacketSocket(Protocol):
+    """What an Ethernet port reads and writes frames with (an AF_PACKET socket)."""
+
+    def recv(self, bufsize: int, /) -> bytes: ...  # noqa: D102
+    def recvfrom(self, bufsize: int, /) -> tuple[bytes, Any]: ...  # noqa: D102
+    def send(self, data: bytes, /) -> int: ...  # noqa: D102
+    def getsockname(self) -> Any: ...  # noqa: D102, ANN401 - the socket module's own type
+    def fileno(self) -> int: ...  # noqa: D102
+    def close(self) -> None: ...  # noqa: D102
+
+
+def accepted(decision: Decision) -> bool:
+    """Whether the switch took a packet as its sender's own: something may be learned from it.
+
+    Not dropped; or dropped only because its socket is never relayed (``filtered_socket``):
+    the switch learns the sender's node from those too (a NetWare station's RIP and SAP when
+    it loads are often all it says before a game). A batch counts if one of its packets does.
+    Not a beacon: another bridge is no station, and a framing learned from the beacons two
+    bridges send each other would keep itself in use for ever.
+    """
+    detail = decision.detail
+    if decision.outcome is not Outcome.DROPPED:
+        if detail == "batch":
+            return any(accepted(one) for _, one in decision.inner)
+        return detail != "beacon"
+    return detail == "filtered_socket"
+
+
 def _count_error(counters: IpxCounters, exc: OSError) -> None:
     counters.send_errors[errno.errorcode.get(exc.errno or 0, "EUNKNOWN")] += 1
 
@@ -136,11 +168,49 @@ def _attach_ipx_filter(sock: socket.socket) -> None:
     sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, bytes(fprog))
 
 
+def open_packet_socket(plan: PortPlan) -> tuple[socket.socket, bool]:
+    """The AF_PACKET socket of an Ethernet port: filtered, bound, promiscuous.
+
+    Returns the socket and whether it reads the bridge's own frames back (before Linux 4.20
+    there is no ``PACKET_IGNORE_OUTGOING``; the reader then skips them).
+
+    Raises:
+        OSError: no CAP_NET_RAW, or the interface is gone.
+    """
+    # Created bound to no protocol, so nothing is queued before the filter is attached.
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    try:
+        sock.setblocking(False)
+        _attach_ipx_filter(sock)
+        own_frames_read = False
+        try:
+            sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        except OSError:
+            own_frames_read = True
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+        sock.bind((plan.segment.interface, ETH_P_ALL))
+        mreq = struct.pack("iHH8s", plan.index, PACKET_MR_PROMISC, 0, b"")
+        sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+    except OSError:
+        sock.close()
+        raise
+    return sock, own_frames_read
+
+
 class EthernetPort:
     """Native IPX on one interface through an AF_PACKET socket (module docstring)."""
 
-    def __init__(self, plan: PortPlan, sink: Sink) -> None:
-        """Open the socket, take promiscuous mode, and start no reading yet.
+    def __init__(
+        self,
+        plan: PortPlan,
+        sink: Sink,
+        sock: PacketSocket | None = None,
+        evictions: Counter[tuple[str, str]] | None = None,
+    ) -> None:
+        """Open the socket (unless one is given), take promiscuous mode, start no reading yet.
+
+        ``evictions`` counts what the framing learner pushes out (``IpxCounters``).
 
         Raises:
             OSError: no CAP_NET_RAW, or the interface is gone.
@@ -151,29 +221,13 @@ class EthernetPort:
         self._sink = sink
         # The largest IPX packet each framing carries at this MTU (wire/ethernet.py rule 3).
         self._limits = {f: max_ipx_len(f, plan.mtu) for f in Framing}
-        self.framings = FramingLearner()
+        self.framings = FramingLearner(evictions)
         self.fixed = None if plan.framing == "auto" else Framing(plan.framing)
-        # Created bound to no protocol, so nothing is queued before the filter is attached.
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-        try:
-            sock.setblocking(False)
-            _attach_ipx_filter(sock)
-            # Before Linux 4.20 there is no PACKET_IGNORE_OUTGOING: on_readable skips them.
-            self._own_frames_read = False
-            try:
-                sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-            except OSError:
-                self._own_frames_read = True
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
-            sock.bind((self.segment.interface, ETH_P_ALL))
-            mreq = struct.pack("iHH8s", plan.index, PACKET_MR_PROMISC, 0, b"")
-            sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
-            self.mac: bytes = sock.getsockname()[4]
-        except OSError:
-            sock.close()
-            raise
-        self._sock = sock
+        self._own_frames_read = False
+        if sock is None:
+            sock, self._own_frames_read = open_packet_socket(plan)
+        self._sock: PacketSocket = sock
+        self.mac: bytes = sock.getsockname()[4]
 
     def fileno(self) -> int:
         """The socket to watch for reading."""
@@ -183,12 +237,18 @@ class EthernetPort:
         """Close the socket; the kernel gives promiscuous mode back with it."""
         self._sock.close()
 
+    def tick(self, now: float) -> None:
+        """Forget the framings of stations silent for ``FRAMING_TTL`` (policy/framings.py)."""
+        self.framings.expire(now)
+
     def on_readable(self) -> None:
         """Read frames until the socket is empty (bounded per wake-up)."""
         sock = self._sock
         sink = self._sink
         name = self.segment.interface
         label = self.label
+        learner = self.framings if self.fixed is None else None
+        now = sink.now()
         # recv, not recvfrom, where the kernel leaves our own frames out: CPython turns the
         # sender's address into an interface name with one ioctl per frame.
         own_frames = self._own_frames_read
@@ -210,8 +270,10 @@ class EthernetPort:
             except WireError as exc:
                 sink.reject(PortKind.ETHERNET, name, len(frame), exc.reason)
                 continue
-            self.framings.observe_frame(parsed)
-            sink.ingest(self.segment, bytes(parsed.packet), via=parsed.framing, label=label)
+            packet = bytes(parsed.packet)
+            decision = sink.ingest(self.segment, packet, via=parsed.framing, label=label)
+            if learner is not None and accepted(decision):
+                learner.observe_frame(parsed, now)
 
     def send(self, packet: bytes, dst_node: bytes) -> None:
         """Put one IPX packet on the segment (in each framing it needs)."""

@@ -17,17 +17,14 @@ Contract:
   hops) is judged by ``wire.ipx.parse_packet`` on the trimmed packet, as for UDP ports.
 * Rule 3. ``build_frame`` never truncates: a packet larger than ``max_ipx_len`` for the framing
   is a caller bug (``ValueError``); callers check ``max_ipx_len`` first and drop, counted.
-* Rule 4. ``FramingLearner`` is a bounded, pure map from station MAC to the framing it
-  speaks, for the ``auto`` setting: learned from the frames a station sends, 802.2 for a
-  station not heard from yet (the NetWare 3.12+ default frame type).
 
 Raises: ``parse_frame`` raises only ``EthernetError`` (a ``WireError``) for remote input;
-``build_frame``, ``max_ipx_len`` and ``FramingLearner`` raise ``ValueError`` on local misuse.
+``build_frame`` and ``max_ipx_len`` raise ``ValueError`` on local misuse. Which framing each
+station speaks is learned above the codec (``policy/framings.py``).
 """
 
 import enum
 import struct
-from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Final, get_args
 
@@ -202,70 +199,3 @@ def build_frame(
         (_ETH_HEADER.pack(dst_mac, src_mac, length_or_type), encapsulation, ipx_packet)
     )
     return frame.ljust(MIN_FRAME_LEN, b"\x00")
-
-
-class FramingLearner:
-    """Which framing each native station speaks, for framing ``auto`` (issue 13).
-
-    A station's framing is whatever it last sent: the first frame teaches it, and a station
-    that changes frame type (a DOS PC rebooted with another NET.CFG) is followed rather than
-    lost; a station bound to several frame types accepts each of them, so following it is
-    always safe. Unknown stations get ``fallback`` (802.2). Group (multicast) source MACs
-    are never learned, as no station sends from one. Bounded: past ``max_entries`` the
-    station heard from least recently is forgotten. Pure: no clock, no I/O.
-    """
-
-    def __init__(self, max_entries: int = 4096, fallback: Framing = Framing.LLC) -> None:
-        if max_entries < 1:
-            raise ValueError("max_entries must be at least 1")
-        self.max_entries: Final = max_entries
-        self.fallback: Final = fallback
-        self._framings: OrderedDict[bytes, Framing] = OrderedDict()
-        self._in_use: Counter[Framing] = Counter()
-
-    def __len__(self) -> int:
-        return len(self._framings)
-
-    def __contains__(self, mac: object) -> bool:
-        return mac in self._framings
-
-    def observe(self, src_mac: bytes, framing: Framing) -> None:
-        """Record that ``src_mac`` sent a frame in ``framing``."""
-        if len(src_mac) != MAC_LEN or src_mac[0] & 0x01:  # I/G bit: group address
-            return
-        before = self._framings.get(src_mac)
-        if before is not framing:
-            if before is not None:
-                self._uncount(before)
-            self._in_use[framing] += 1
-        self._framings[src_mac] = framing
-        self._framings.move_to_end(src_mac)
-        if len(self._framings) > self.max_entries:
-            self._uncount(self._framings.popitem(last=False)[1])
-
-    def _uncount(self, framing: Framing) -> None:
-        self._in_use[framing] -= 1
-        if not self._in_use[framing]:
-            del self._in_use[framing]
-
-    def in_use(self) -> tuple[Framing, ...]:
-        """Every framing some known station speaks (the fallback if none).
-
-        A broadcast goes out once in each: a station accepts only the frame types it is
-        bound to.
-        """
-        return tuple(self._in_use) or (self.fallback,)
-
-    def observe_frame(self, frame: EthernetIpx) -> None:
-        """Record the source and framing of a parsed frame."""
-        self.observe(frame.src_mac, frame.framing)
-
-    def framing_for(self, mac: bytes) -> Framing:
-        """The framing to send to ``mac`` in: learned, or the fallback. Does not refresh."""
-        return self._framings.get(mac, self.fallback)
-
-    def forget(self, mac: bytes) -> None:
-        """Drop what was learned about ``mac`` (its interface went away, say)."""
-        framing = self._framings.pop(mac, None)
-        if framing is not None:
-            self._uncount(framing)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ipxbridge.wire import ethernet, ipx
 from ipxbridge.wire.errors import WireError
-from ipxbridge.wire.ethernet import EthernetError, Framing, FramingLearner
+from ipxbridge.wire.ethernet import EthernetError, Framing
 
 
 def hx(text: str) -> bytes:
@@ -247,71 +247,9 @@ def test_parse_raises_only_ethernet_errors(data: bytes) -> None:
         assert 30 <= len(parsed.packet) <= len(data) - 14
 
 
-# --- FramingLearner (framing `auto`) ----------------------------------------------------------
-
+# Station MACs (the framing learner's tests are in test_framings.py).
 A = hx("00A0C9000001")
 B = hx("00A0C9000002")
-C = hx("00A0C9000003")
-
-
-def test_learner_falls_back_to_8022() -> None:
-    learner = FramingLearner()
-    assert learner.framing_for(A) is Framing.LLC
-    assert len(learner) == 0
-    assert FramingLearner(fallback=Framing.ETHERNET_II).framing_for(A) is Framing.ETHERNET_II
-
-
-def test_learner_learns_per_source_mac() -> None:
-    learner = FramingLearner()
-    learner.observe(A, Framing.RAW_8023)
-    learner.observe_frame(ethernet.parse_frame(hx("FFFFFFFFFFFF 00A0C9000002 8137") + IPX_PACKET))
-    assert learner.framing_for(A) is Framing.RAW_8023
-    assert learner.framing_for(B) is Framing.ETHERNET_II
-    assert learner.framing_for(C) is Framing.LLC
-    assert A in learner
-    assert C not in learner
-
-
-def test_learner_follows_a_station_that_changes_framing() -> None:
-    learner = FramingLearner()
-    learner.observe(A, Framing.SNAP)
-    learner.observe(A, Framing.ETHERNET_II)
-    assert learner.framing_for(A) is Framing.ETHERNET_II
-    assert len(learner) == 1
-
-
-def test_learner_ignores_group_and_malformed_source_macs() -> None:
-    learner = FramingLearner()
-    learner.observe(DST, Framing.SNAP)  # broadcast
-    learner.observe(hx("01000C000000"), Framing.SNAP)  # multicast
-    learner.observe(A[:5], Framing.SNAP)
-    assert len(learner) == 0
-
-
-def test_learner_is_bounded_and_forgets_least_recently_heard() -> None:
-    learner = FramingLearner(max_entries=2)
-    learner.observe(A, Framing.SNAP)
-    learner.observe(B, Framing.RAW_8023)
-    learner.observe(A, Framing.SNAP)  # A heard again: B is now the oldest
-    assert learner.framing_for(B) is Framing.RAW_8023  # a lookup does not refresh
-    learner.observe(C, Framing.ETHERNET_II)
-    assert len(learner) == 2
-    assert learner.framing_for(B) is Framing.LLC  # evicted: back to the fallback
-    assert learner.framing_for(A) is Framing.SNAP
-    assert learner.framing_for(C) is Framing.ETHERNET_II
-    for i in range(1000):
-        learner.observe(b"\x02" + i.to_bytes(5, "big"), Framing.SNAP)
-    assert len(learner) == 2
-
-
-def test_learner_forget_and_bad_bound() -> None:
-    learner = FramingLearner()
-    learner.observe(A, Framing.SNAP)
-    learner.forget(A)
-    learner.forget(B)  # unknown: no error
-    assert learner.framing_for(A) is Framing.LLC
-    with pytest.raises(ValueError, match="max_entries"):
-        FramingLearner(max_entries=0)
 
 
 # --- scapy as an independent oracle (issue 13 "Tests") ----------------------------------------
