@@ -11,10 +11,20 @@ decision is the switch's (``policy/switch.py`` rules 1-8) or the plan's
   (STP, other SAPs) are read, dropped and counted. Promiscuous mode is taken with
   ``PACKET_ADD_MEMBERSHIP``: the kernel counts it per socket and gives it back when the
   socket closes, however ipxbridge exits. The bridge's own frames are not read back
-  (``PACKET_IGNORE_OUTGOING``). A frame leaves with the IPX source node as its source MAC
-  (native stations answer to the node, protocols.md 3.1, and a switch learns where it is),
-  unless that node is a group address. A packet too large for a framing is not sent in it,
+  (``PACKET_IGNORE_OUTGOING``). A packet too large for a framing is not sent in it,
   counted (``frame_too_large``); never truncated.
+
+  Every frame leaves with the port's own interface MAC as its source, whoever sent the
+  packet. The IPX source node is chosen by the sender, and anyone who can send the bridge a
+  packet (a remote DOSBox client, verified or not, a host on the IPXWrapper subnet, a peer)
+  could choose a LAN station's MAC: a bridge that put its frames out from the node would
+  speak as that station, and the LAN switch would move the station's MAC to the bridge's
+  port. Stations reach remote nodes as through an IPX router (protocols.md 3.1): the source
+  of a frame is the immediate address, so a reply goes to the bridge's MAC; a station that
+  sends to the node as a MAC instead is heard too, since no switch port learns that MAC and
+  the LAN switch floods the frame to every port, the bridge's promiscuous one included. The
+  port reads both alike, frames to its MAC and to other MACs (``PACKET_OTHERHOST``): the
+  switch goes by the packet's destination node, never by the frame's.
 
   With framing ``auto`` the port learns each station's framing (``policy/framings.py``) only
   from frames whose packets the switch accepted, in a bounded table, and forgets a station
@@ -227,6 +237,7 @@ class EthernetPort:
         if sock is None:
             sock, self._own_frames_read = open_packet_socket(plan)
         self._sock: PacketSocket = sock
+        # The port's own MAC: the source of every frame it sends (module docstring).
         self.mac: bytes = sock.getsockname()[4]
 
     def fileno(self) -> int:
@@ -242,7 +253,10 @@ class EthernetPort:
         self.framings.expire(now)
 
     def on_readable(self) -> None:
-        """Read frames until the socket is empty (bounded per wake-up)."""
+        """Read frames until the socket is empty (bounded per wake-up).
+
+        Frames to the port's MAC and to any other MAC are read alike (module docstring).
+        """
         sock = self._sock
         sink = self._sink
         name = self.segment.interface
@@ -276,9 +290,8 @@ class EthernetPort:
                 learner.observe_frame(parsed, now)
 
     def send(self, packet: bytes, dst_node: bytes) -> None:
-        """Put one IPX packet on the segment (in each framing it needs)."""
-        src = packet[22:28]
-        src_mac = self.mac if src[0] & 0x01 or src == bytes(6) else src
+        """Put one IPX packet on the segment (in each framing it needs), from the port's MAC."""
+        src_mac = self.mac  # never the IPX source node (module docstring)
         if dst_node == BROADCAST_NODE:
             dst_mac = BROADCAST_MAC
             framings = (self.fixed,) if self.fixed else self.framings.in_use()

@@ -187,8 +187,8 @@ class Station:
     def send(self, frame: bytes) -> None:
         self.sock.send(frame)
 
-    def frames(self, timeout: float) -> Iterator[tuple[bytes, str, ScapyIpx]]:
-        """(destination MAC, framing, IPX) of each IPX frame that arrives within ``timeout``."""
+    def frames(self, timeout: float) -> Iterator[tuple[bytes, bytes, str, ScapyIpx]]:
+        """(destination MAC, source MAC, framing, IPX) of each IPX frame within ``timeout``."""
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             self.sock.settimeout(left)
@@ -200,7 +200,7 @@ class Station:
                 continue  # one of ours
             decoded = scapy_ipx(frame)
             if decoded is not None:
-                yield frame[:6], decoded[0], decoded[1]
+                yield frame[:6], frame[6:12], decoded[0], decoded[1]
 
     def close(self) -> None:
         self.sock.close()
@@ -340,11 +340,25 @@ def tshark_frames(pcap: Path) -> list[Decoded]:
 
 
 def meant(
-    framing: str, dst: bytes, src: bytes, payload: bytes, *, hops: int = 1, sock: int = DATA_SOCKET
+    framing: str,
+    dst: bytes,
+    src: bytes,
+    payload: bytes,
+    *,
+    via: bytes,
+    hops: int = 1,
+    sock: int = DATA_SOCKET,
 ) -> tuple[object, ...]:
-    """The key of a frame carrying this IPX packet from ``src`` to ``dst`` (MAC = node)."""
-    return (framing, mac_text(dst), mac_text(src), mac_text(dst), sock, mac_text(src), sock,
+    """The key of a frame carrying this IPX packet from node ``src`` to ``dst`` (MAC = node),
+    put on the wire by ``via``: the bridge's own MAC for every frame it sends."""
+    return (framing, mac_text(dst), mac_text(via), mac_text(dst), sock, mac_text(src), sock,
             hops, payload)  # fmt: skip
+
+
+def iface_mac(ns: str, ifname: str) -> bytes:
+    """The MAC address of an interface in a namespace."""
+    text = sh("ip", "netns", "exec", ns, "cat", f"/sys/class/net/{ifname}/address").stdout
+    return node(text.strip())
 
 
 def check_well_formed(frame: Decoded) -> None:
@@ -505,17 +519,21 @@ def test_four_framings_built_by_scapy_reach_dosbox_and_tshark_decodes_what_the_b
         # unicast in the framing of the station it is for.
         client_send(client, BROADCAST, b"to every framing")
         expected: Counter[tuple[object, ...]] = Counter()
+        # Every frame comes from the bridge's own MAC, never from the client's node.
+        via = iface_mac(b, "seg0")
         for framing in FRAMINGS:
-            expected[meant(framing, BROADCAST, client.node, b"to every framing")] += 1
+            expected[meant(framing, BROADCAST, client.node, b"to every framing", via=via)] += 1
         for framing, mac in STATIONS.items():
             payload = f"to the {framing} station".encode()
             client_send(client, mac, payload)
-            expected[meant(framing, mac, client.node, payload)] += 1
+            expected[meant(framing, mac, client.node, payload, via=via)] += 1
         # The station side sees them (scapy's reading), then the capture is stopped.
         seen: Counter[tuple[object, ...]] = Counter()
-        for dst_mac, framing, ipx in station.frames(timeout=5):
+        for dst_mac, src_mac, framing, ipx in station.frames(timeout=5):
             if ipx.dst_socket == DATA_SOCKET:
-                key = meant(framing, dst_mac, node(ipx.src_node), data_of(ipx), hops=ipx.hops)
+                key = meant(
+                    framing, dst_mac, node(ipx.src_node), data_of(ipx), via=src_mac, hops=ipx.hops
+                )
                 seen[key] += 1
                 if seen == expected:
                     break
@@ -575,15 +593,18 @@ def test_fixed_framing_from_the_yaml_is_used_whatever_the_stations_speak(
             )
             assert data_of(client_datagram(client)) == payload
         client_send(client, BROADCAST, b"once, in raw 802.3")
-        expected = Counter([meant("802.3", BROADCAST, client.node, b"once, in raw 802.3")])
+        via = iface_mac(b, "seg0")
+        expected = Counter([meant("802.3", BROADCAST, client.node, b"once, in raw 802.3", via=via)])
         for framing, mac in speakers.items():
             payload = f"to {framing}, in raw 802.3".encode()
             client_send(client, mac, payload)
-            expected[meant("802.3", mac, client.node, payload)] += 1
+            expected[meant("802.3", mac, client.node, payload, via=via)] += 1
         seen: Counter[tuple[object, ...]] = Counter()
-        for dst_mac, framing, ipx in station.frames(timeout=5):
+        for dst_mac, src_mac, framing, ipx in station.frames(timeout=5):
             if ipx.dst_socket == DATA_SOCKET:
-                seen[meant(framing, dst_mac, node(ipx.src_node), data_of(ipx), hops=ipx.hops)] += 1
+                got = data_of(ipx)
+                src = node(ipx.src_node)
+                seen[meant(framing, dst_mac, src, got, via=src_mac, hops=ipx.hops)] += 1
                 if seen == expected:
                     break
         assert seen == expected
@@ -598,6 +619,42 @@ def test_fixed_framing_from_the_yaml_is_used_whatever_the_stations_speak(
     assert Counter(f.key() for f in emitted) == expected, emitted
     # The bridge's beacons (rule 8, every 5 s: maybe none in this short capture) too.
     assert {f.framing for f in beacons} <= {"802.3"}, beacons
+
+
+def test_a_station_reaches_a_remote_node_at_the_bridges_mac_or_at_the_node(
+    net: Netns, workdir: Path
+) -> None:
+    """The bridge speaks on the segment only from its own MAC; a station answers a remote
+    node as through an IPX router, at the frame's source (the bridge's MAC), or at the node
+    as a MAC, which a LAN switch floods to the bridge's promiscuous port. Both arrive."""
+    b, s, c = topology(net)
+    bridge = start_bridge(net, b, workdir)
+    try:
+        client = Client(c, SERVER)
+        client.answer_keepalive()
+        station = Station(s, "st0")
+        mac = STATIONS["ethernet_ii"]
+        hello = ipx_layer(dst=BROADCAST, src=mac, payload=b"station here")
+        station.send(scapy_frame("ethernet_ii", BROADCAST, mac, hello))
+        assert data_of(client_datagram(client)) == b"station here"
+        # A remote client whose node is the station's own MAC, or another station's, still
+        # reaches the segment only from the bridge's MAC.
+        client_send(client, BROADCAST, b"who is there")
+        bridge_mac = iface_mac(b, "seg0")
+        heard = [
+            (src_mac, node(ipx.src_node))
+            for _, src_mac, _, ipx in station.frames(timeout=3)
+            if data_of(ipx) == b"who is there"
+        ]
+        assert heard == [(bridge_mac, client.node)], heard
+        answers = ((bridge_mac, b"to the immediate address"), (client.node, b"to the node"))
+        for to, payload in answers:
+            reply = ipx_layer(dst=client.node, src=mac, payload=payload)
+            station.send(scapy_frame("ethernet_ii", to, mac, reply))
+            assert data_of(client_datagram(client)) == payload
+        station.close()
+    finally:
+        stop_clean(bridge)
 
 
 # --- 2. a real DOSBox and a native station --------------------------------------------------
@@ -615,10 +672,11 @@ def ping_frame(framing: str, src: bytes) -> bytes:
     return scapy_frame(framing, BROADCAST, src, ipx)
 
 
-def ping_reply_frame(framing: str, src: bytes, pinger: bytes) -> bytes:
-    """The unicast answer a DOSBox client gives a ping (protocols.md 4.5), as a frame."""
+def ping_reply_frame(framing: str, src: bytes, pinger: bytes, to: bytes) -> bytes:
+    """The unicast answer a DOSBox client gives a ping (protocols.md 4.5), as a frame to the
+    MAC ``to``: the immediate address the ping came from, as an IPX stack answers."""
     ipx = ipx_layer(dst=pinger, src=src, payload=b"", sock=ECHO_SOCKET, ptype=0)
-    return scapy_frame(framing, pinger, src, ipx)
+    return scapy_frame(framing, to, src, ipx)
 
 
 @pytest.mark.dosbox
@@ -651,11 +709,11 @@ def test_real_dosbox_and_a_native_station_ping_each_other_through_the_bridge(
         deadline = time.monotonic() + 20
         while NATIVE_AS_DOSBOX_PRINTS_IT not in dosbox.read("PING.TXT"):
             assert time.monotonic() < deadline, (dosbox.read("PING.TXT"), answered)
-            for dst_mac, got_framing, ipx in station.frames(timeout=0.2):
+            for dst_mac, src_mac, got_framing, ipx in station.frames(timeout=0.2):
                 if ipx.dst_socket == ECHO_SOCKET and ipx.dst_node == mac_text(BROADCAST):
                     pinger = node(ipx.src_node)
                     answered.append((dst_mac, got_framing, pinger))
-                    station.send(ping_reply_frame(got_framing, NATIVE_MAC, pinger))
+                    station.send(ping_reply_frame(got_framing, NATIVE_MAC, pinger, src_mac))
         # DOSBox's ping reached the station as a broadcast frame in the station's framing.
         assert answered[0] == (BROADCAST, framing, dosbox_node), answered
         assert "connected to server" in dosbox.read("CONN.TXT")
@@ -665,7 +723,7 @@ def test_real_dosbox_and_a_native_station_ping_each_other_through_the_bridge(
         replies: list[tuple[bytes, str, ScapyIpx]] = []
         deadline = time.monotonic() + 5
         while not replies and time.monotonic() < deadline:
-            for dst_mac, got_framing, ipx in station.frames(timeout=0.5):
+            for dst_mac, _, got_framing, ipx in station.frames(timeout=0.5):
                 if ipx.dst_socket == ECHO_SOCKET and node(ipx.src_node) == dosbox_node:
                     replies.append((dst_mac, got_framing, ipx))
                     break
@@ -897,16 +955,17 @@ def test_a_packet_too_large_for_the_framing_at_the_mtu_is_dropped_and_counted_ne
         client_send(client, eth2, one_over)
         client_send(client, BROADCAST, b"marker")
         dropped_copies = 1 + 2 + 1 + 1
+        via = iface_mac(b, "seg0")
         expected = Counter(
             [
-                meant("ethernet_ii", BROADCAST, client.node, fits_eth2),
-                meant("ethernet_ii", eth2, client.node, exactly),
-                meant("ethernet_ii", BROADCAST, client.node, b"marker"),
-                meant("snap", BROADCAST, client.node, b"marker"),
+                meant("ethernet_ii", BROADCAST, client.node, fits_eth2, via=via),
+                meant("ethernet_ii", eth2, client.node, exactly, via=via),
+                meant("ethernet_ii", BROADCAST, client.node, b"marker", via=via),
+                meant("snap", BROADCAST, client.node, b"marker", via=via),
             ]
         )
         markers = 0
-        for _, _, ipx in station.frames(timeout=5):
+        for _, _, _, ipx in station.frames(timeout=5):
             markers += data_of(ipx) == b"marker"
             if markers == 2:
                 break

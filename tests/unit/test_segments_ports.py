@@ -31,7 +31,7 @@ from ipxbridge.policy.switch import (
 )
 from ipxbridge.policy.tables import PROOF_AFTER
 from ipxbridge.wire import ipx
-from ipxbridge.wire.ethernet import BROADCAST_MAC, Framing, build_frame
+from ipxbridge.wire.ethernet import BROADCAST_MAC, Framing, build_frame, parse_frame
 from tests.unit.test_switch import register, verify
 
 ETH = Segment("seg0", PortKind.ETHERNET)
@@ -255,3 +255,62 @@ def test_the_ports_tick_forgets_silent_stations_and_evictions_are_counted(bench:
     assert port.framings.framing_for(STATION) is Framing.ETHERNET_II
     port.tick(t0 + PROOF_AFTER + FRAMING_TTL)
     assert port.framings.in_use() == (Framing.LLC,)  # nobody known: the fallback
+
+
+# --- source MAC -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixed", ["auto", "802.3"])
+def test_every_frame_leaves_from_the_ports_own_mac_whatever_the_source_node(
+    bench: Bench, fixed: str
+) -> None:
+    port, fake = bench.ethernet(framing=fixed)
+    port.framings.observe(STATION, Framing.ETHERNET_II, bench.clock.now)
+    port.framings.observe(VICTIM, Framing.SNAP, bench.clock.now)
+    # A remote party that chose a LAN station's MAC as its node, a group node, no node.
+    for src in (VICTIM, STATION, b"\x01\x00\x5e\x00\x00\x01", bytes(6), bench.client_node):
+        port.send(packet(src), ipx.BROADCAST_NODE)
+        port.send(packet(src, STATION), STATION)
+    assert fake.sent
+    assert {f[6:12] for f in fake.sent} == {PORT_MAC}
+    # The packets inside are unchanged: the IPX source node is still the sender's.
+    assert {bytes(parse_frame(f).packet[22:28]) for f in fake.sent} >= {VICTIM, STATION}
+
+
+def test_a_packet_from_a_dosbox_client_reaches_the_segment_from_the_ports_mac(
+    bench: Bench,
+) -> None:
+    port, fake = bench.ethernet()
+    pkt = packet(bench.client_node, data=b"from far away")
+    assert bench.switch.handle(pkt, bench.client_addr, bench.clock.now).outcome is Outcome.FORWARDED
+    bench.endpoint._send_many(pkt, (ETH,))
+    assert [f[:12] for f in fake.sent] == [BROADCAST_MAC + PORT_MAC]
+    assert port.mac == PORT_MAC
+
+
+def test_frames_to_the_ports_mac_and_to_other_macs_are_read_alike(bench: Bench) -> None:
+    """A station answers a remote node at the frame's source (the bridge) or at the node as a
+    MAC, which the LAN switch floods to the promiscuous port (PACKET_OTHERHOST)."""
+    port, fake = bench.ethernet()
+    to_client = packet(STATION, bench.client_node, data=b"reply")
+    fake.incoming += [
+        frame(STATION, Framing.ETHERNET_II, to_client, dst_mac=PORT_MAC),
+        frame(
+            STATION,
+            Framing.ETHERNET_II,
+            packet(STATION, bench.client_node, data=b"2"),
+            dst_mac=bench.client_node,
+        ),
+    ]
+    port.on_readable()
+    assert bench.counters.port_outcomes[(*ETH_LABEL, "forwarded", "")] == 2
+    assert [ipx.parse_packet(d)[1] for d in bench.client_datagrams()] == [b"reply", b"2"]
+    bench.balanced()
+
+
+def test_an_own_kernel_frame_is_skipped_where_the_kernel_hands_it_back(bench: Bench) -> None:
+    port, fake = bench.ethernet()
+    port._own_frames_read = True
+    fake.incoming.append(frame(STATION, Framing.LLC, packet(STATION)))
+    port.on_readable()  # recvfrom: PACKET_HOST (0) in the fake's address
+    assert bench.counters.port_received[ETH_LABEL] == 1
