@@ -33,9 +33,20 @@ decision is the switch's (``policy/switch.py`` rules 1-8) or the plan's
   A datagram belongs to the port whose subnet or p2p peers hold its source; it is converted
   to IPX (``wire/ipxwrapper.py``). Copies leave from the bridge's address on the egress
   interface (IP_PKTINFO): IPXWrapper accepts only sources in its own subnet (protocols.md 6).
+  A unicast goes to where its node was heard from, else to the subnet broadcast (lan) or the
+  p2p peers, as IPXWrapper itself does: never to an address that was not heard.
 * **RFC 1234** (``Rfc1234Port``): the tunnel's own UDP socket. A broadcast goes to the
-  subnet broadcast (lan) or to each peer (p2p); a unicast to ``00 00`` + IPv4 goes to that
-  address (RFC 1234 host numbers), any other node to where it was last heard from.
+  subnet broadcast (lan) or to each peer (p2p); a unicast to where its node was heard from.
+  A unicast to ``00 00`` + IPv4 (an RFC 1234 host number) that was never heard on the port
+  goes only to a p2p peer of the plan with that address; otherwise the copy is not sent and
+  is counted (``unproven_host``): anyone may register with the bridge and name any host
+  number, and the port must not send to an IPv4 address a stranger chose (a reflector). Any
+  other unknown node goes to the subnet broadcast or the peers, like a broadcast.
+
+Where each node of a UDP port was heard from (``links``) is learned only from datagrams the
+switch did not drop, kept in a bounded table of two tiers (``policy/tables.ProvenTable``,
+tables ``rfc1234_links`` and ``ipxwrapper_links``) and cut to the port's subnet and peers when
+its plan changes.
 
 No IPXWrapper coalesced batch (protocols.md 6) reaches a port: the switch unpacks every
 batch where it enters and switches its packets one by one (``policy/switch.py`` rule 1), so
@@ -48,15 +59,16 @@ import errno
 import logging
 import socket
 import struct
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 from ipxbridge.io.relay import IP_PKTINFO
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.policy.framings import FramingLearner
-from ipxbridge.policy.ipx_ports import PortPlan
+from ipxbridge.policy.ipx_ports import PortPlan, SourceIndex
 from ipxbridge.policy.switch import Decision, Outcome, PortKind, Segment
+from ipxbridge.policy.tables import ProvenTable
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ethernet import (
     BROADCAST_MAC,
@@ -89,6 +101,7 @@ FRAME_BUFSIZE: Final = 0xFFFF  # the largest frame or datagram read
 READS_PER_WAKEUP: Final = 128  # bounded, so the other ports and the timers get their turn
 SOCKET_BUFFER: Final = 4 << 20
 MAX_LINKS: Final = 4_096  # learned node -> UDP address, per port
+RFC1234_HOST: Final = b"\x00\x00"  # RFC 1234 host number: 00 00 + the host's IPv4
 
 
 class Sink(Protocol):
@@ -117,6 +130,20 @@ class PacketSocket(Protocol):
     def getsockname(self) -> Any: ...  # noqa: D102, ANN401 - the socket module's own type
     def fileno(self) -> int: ...  # noqa: D102
     def close(self) -> None: ...  # noqa: D102
+
+
+class DatagramSocket(Protocol):
+    """What a UDP port sends its copies with."""
+
+    def sendmsg(  # noqa: D102
+        self,
+        buffers: list[bytes],
+        ancdata: list[tuple[int, int, bytes]],
+        flags: int,
+        address: tuple[str, int],
+        /,
+    ) -> int: ...
+    def getsockname(self) -> Any: ...  # noqa: D102, ANN401 - the socket module's own type
 
 
 def accepted(decision: Decision) -> bool:
@@ -318,22 +345,28 @@ class EthernetPort:
 
 
 class _Links:
-    """Where each node was last heard from, bounded (least recently heard goes first)."""
+    """Where each node was heard from: bounded, two tiers (module docstring)."""
 
-    def __init__(self) -> None:
-        self._links: OrderedDict[bytes, tuple[str, int]] = OrderedDict()
+    __slots__ = ("_table",)
 
-    def learn(self, node: bytes, addr: tuple[str, int]) -> None:
-        self._links[node] = addr
-        self._links.move_to_end(node)
-        if len(self._links) > MAX_LINKS:
-            self._links.popitem(last=False)
+    def __init__(self, name: str, evictions: Counter[tuple[str, str]]) -> None:
+        self._table: ProvenTable[bytes, tuple[str, int]] = ProvenTable(MAX_LINKS, name, evictions)
+
+    def learn(self, node: bytes, addr: tuple[str, int], now: float) -> None:
+        self._table.learn(node, addr, now)
 
     def get(self, node: bytes) -> tuple[str, int] | None:
-        return self._links.get(node)
+        known = self._table.get(node)
+        return None if known is None else known[0]
+
+    def keep(self, inside: Callable[[str], bool]) -> None:
+        """Forget every link whose address ``inside`` refuses."""
+        for node, addr, _ in list(self._table.items()):
+            if not inside(addr[0]):
+                self._table.pop(node)
 
     def __len__(self) -> int:
-        return len(self._links)
+        return len(self._table)
 
 
 class _UdpPort:
@@ -342,34 +375,50 @@ class _UdpPort:
     kind: PortKind
 
     def __init__(
-        self, plan: PortPlan, sock: socket.socket, port: int, counters: IpxCounters
+        self, plan: PortPlan, sock: DatagramSocket, port: int, counters: IpxCounters
     ) -> None:
-        self.plan = plan
         self.segment = plan.segment
         self.label = (str(plan.segment.kind), plan.segment.interface)
-        self.links = _Links()
+        self.links = _Links(f"{self.kind}_links", counters.table_evictions)
         self._sock = sock
         self._port = port
         self._counters = counters
         # A socket bound to one address cannot send from another (ip(7) IP_PKTINFO).
         self._pktinfo = sock.getsockname()[0] == "0.0.0.0"
+        self.plan = plan
+
+    @property
+    def plan(self) -> PortPlan:
+        """The port's plan; a new one (new addresses or peers) cuts the links to it."""
+        return self._plan
+
+    @plan.setter
+    def plan(self, plan: PortPlan) -> None:
+        self._plan = plan
+        # A link outside the subnet and peers is from an old plan: the source index of the
+        # new one would not take a datagram from there either.
+        sources = SourceIndex((plan,), self.kind)
+        self.links.keep(lambda ip: sources(ip) is not None)
+        self._peers = frozenset(plan.peers)
+        self._flood: tuple[tuple[str, int], ...] = ()
+        if plan.role == "lan":
+            if plan.broadcast:
+                self._flood = ((plan.broadcast, self._port),)
+        else:
+            self._flood = tuple((peer, self._port) for peer in plan.peers)
+        self._ancillary = _pktinfo(plan.index, plan.address) if self._pktinfo else []
 
     def _destinations(self, dst_node: bytes) -> Sequence[tuple[str, int]]:
+        """Where a copy to ``dst_node`` goes: where the node was heard, else the flood."""
         if dst_node != BROADCAST_NODE:
-            known = self._unicast(dst_node)
+            known = self.links.get(dst_node)
             if known is not None:
                 return (known,)
-        plan = self.plan
-        if plan.role == "lan":
-            return ((plan.broadcast, self._port),) if plan.broadcast else ()
-        return tuple((peer, self._port) for peer in plan.peers)
-
-    def _unicast(self, dst_node: bytes) -> tuple[str, int] | None:
-        return self.links.get(dst_node)
+        return self._flood
 
     def _send_datagram(self, payload: bytes, dst_node: bytes) -> None:
         counters = self._counters
-        ancillary = _pktinfo(self.plan.index, self.plan.address) if self._pktinfo else []
+        ancillary = self._ancillary
         for dst in self._destinations(dst_node):
             try:
                 self._sock.sendmsg([payload], ancillary, 0, dst)
@@ -385,10 +434,18 @@ class Rfc1234Port(_UdpPort):
 
     kind = PortKind.RFC1234
 
-    def _unicast(self, dst_node: bytes) -> tuple[str, int] | None:
-        if dst_node[:2] == b"\x00\x00":  # RFC 1234: host number = 00 00 + IPv4
-            return (socket.inet_ntoa(dst_node[2:]), self._port)
-        return self.links.get(dst_node)
+    def _destinations(self, dst_node: bytes) -> Sequence[tuple[str, int]]:
+        """A host number goes only to a host heard here or to a peer (module docstring)."""
+        if dst_node[:2] != RFC1234_HOST:
+            return super()._destinations(dst_node)
+        known = self.links.get(dst_node)
+        if known is not None:
+            return (known,)
+        ip = socket.inet_ntoa(dst_node[2:])
+        if ip in self._peers:
+            return ((ip, self._port),)
+        self._counters.copies_dropped[(*self.label, "unproven_host")] += 1
+        return ()
 
     def send(self, packet: bytes, dst_node: bytes) -> None:
         """Send one IPX packet to the segment's hosts."""
@@ -450,6 +507,7 @@ class IpxWrapperSocket:
         """Read datagrams until the socket is empty (bounded per wake-up)."""
         sink = self._sink
         sources = self.sources
+        now = sink.now()
         for _ in range(READS_PER_WAKEUP):
             try:
                 data, addr = self.sock.recvfrom(FRAME_BUFSIZE)
@@ -478,10 +536,10 @@ class IpxWrapperSocket:
             if decision.detail == "batch":
                 # From its packets as from lone ones; its own header is checked by nobody.
                 for inner, one in decision.inner:
-                    if one.outcome is not Outcome.DROPPED:
-                        port.links.learn(inner[22:28], addr)
-            elif decision.outcome is not Outcome.DROPPED:
-                port.links.learn(packet[22:28], addr)
+                    if accepted(one):
+                        port.links.learn(inner[22:28], addr, now)
+            elif accepted(decision):
+                port.links.learn(packet[22:28], addr, now)
 
 
 SegmentPort = EthernetPort | IpxWrapperPort | Rfc1234Port

@@ -20,7 +20,7 @@ from time import perf_counter
 from typing import Final
 
 from ipxbridge.errors import StartupError
-from ipxbridge.io.segments import Rfc1234Port, SegmentPort
+from ipxbridge.io.segments import Rfc1234Port, SegmentPort, accepted
 from ipxbridge.io.sockstats import socket_drops
 from ipxbridge.obs.counters import IpxCounters, LatencyHistogram
 from ipxbridge.obs.logging import RateLimiter
@@ -216,11 +216,7 @@ class IpxEndpoint:
                 port = self.segments.get(segment) if segment is not None else None
                 if isinstance(port, Rfc1234Port):
                     label = port.label
-                    if decision.header is not None:
-                        port.links.learn(decision.header.src_node, addr)
-                    for _, one in decision.inner:  # a batch: as from lone packets
-                        if one.header is not None:
-                            port.links.learn(one.header.src_node, addr)
+                    _learn_links(port, decision, data, addr, now)
             counters.port_received[label] += 1
             apply(decision, data, label, addr, now, started)
         self._log_events()
@@ -391,6 +387,18 @@ class IpxEndpoint:
                 logger.info("client %s:%d is outside ipx.clients_allow now, dropped", ip, port)
             else:
                 logger.info("client %s:%d idle, expired", ip, port)
+
+
+def _learn_links(
+    port: Rfc1234Port, decision: Decision, data: bytes, addr: Address, now: float
+) -> None:
+    """Where the RFC 1234 host behind a datagram is, if the switch accepted its packets."""
+    if decision.detail == "batch":  # as from lone packets
+        for packet, one in decision.inner:
+            if accepted(one):
+                port.links.learn(packet[22:28], addr, now)  # source node, protocols.md 3.1
+    elif accepted(decision):
+        port.links.learn(data[22:28], addr, now)
 
 
 _DOSBOX: Final = ("dosbox", "")  # the tunnel socket: DOSBox-protocol clients (and strangers)

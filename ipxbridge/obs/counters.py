@@ -62,7 +62,8 @@ class IpxCounters:
         self.port_outcomes: Counter[tuple[str, str, str, str]] = Counter()
         # Copies sent by interface ports, by (kind, interface); copies_sent is the tunnel's.
         self.port_copies: Counter[tuple[str, str]] = Counter()
-        # Copies a port could not carry, by (kind, interface, reason): frame_too_large.
+        # Copies a port could not carry, by (kind, interface, reason): frame_too_large,
+        # unproven_host (io/segments.py).
         self.copies_dropped: Counter[tuple[str, str, str]] = Counter()
         # Entries pushed out of a bounded table, by (table, reason): learned nodes, framings,
         # bridges heard on a segment, port links (docs/threat-model.md: bounded tables).

@@ -15,12 +15,15 @@ import pytest
 
 from ipxbridge.io import segments
 from ipxbridge.io.segments import (
+    MAX_LINKS,
     EthernetPort,
+    IpxWrapperSocket,
+    Rfc1234Port,
 )
 from ipxbridge.io.udp import IpxEndpoint
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.policy.framings import FRAMING_TTL
-from ipxbridge.policy.ipx_ports import PortPlan
+from ipxbridge.policy.ipx_ports import PortPlan, SourceIndex
 from ipxbridge.policy.switch import (
     Decision,
     IpxSwitch,
@@ -314,3 +317,193 @@ def test_an_own_kernel_frame_is_skipped_where_the_kernel_hands_it_back(bench: Be
     fake.incoming.append(frame(STATION, Framing.LLC, packet(STATION)))
     port.on_readable()  # recvfrom: PACKET_HOST (0) in the fake's address
     assert bench.counters.port_received[ETH_LABEL] == 1
+
+
+# --- UDP ports: no reflector ------------------------------------------------------------------
+
+
+class FakeDatagramSocket:
+    """A UDP socket bound to the wildcard: every datagram sent is kept with its address."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, tuple[str, int]]] = []
+
+    def sendmsg(
+        self,
+        buffers: list[bytes],
+        _ancdata: list[tuple[int, int, bytes]],
+        _flags: int,
+        address: tuple[str, int],
+        /,
+    ) -> int:
+        self.sent.append((b"".join(buffers), address))
+        return 0
+
+    def getsockname(self) -> Any:
+        return ("0.0.0.0", 213)
+
+    def destinations(self) -> list[tuple[str, int]]:
+        return [addr for _, addr in self.sent]
+
+
+def rfc1234_port(
+    bench: Bench, *, role: str = "lan", peers: tuple[str, ...] = ()
+) -> tuple[Rfc1234Port, FakeDatagramSocket]:
+    plan = PortPlan(
+        RFC,
+        3,
+        role,
+        1500,
+        "10.61.0.1",
+        "10.61.0.255" if role == "lan" else "",
+        peers,
+        ("10.61.0.0/24",),
+    )
+    fake = FakeDatagramSocket()
+    return Rfc1234Port(plan, fake, 213, bench.counters), fake
+
+
+def host(ip: str) -> bytes:
+    return ipx.rfc1234_node(ip)
+
+
+def test_rfc1234_sends_a_host_number_only_to_a_host_heard_on_the_port(bench: Bench) -> None:
+    port, fake = rfc1234_port(bench)
+    stranger = host("198.51.100.7")  # any IPv4 on the internet
+    neighbour = host("10.61.0.9")  # on the subnet, never heard
+    heard = host("10.61.0.2")
+    port.links.learn(heard, ("10.61.0.2", 213), bench.clock.now)
+    for dst in (stranger, neighbour, heard):
+        port.send(packet(bench.client_node, dst), dst)
+    assert fake.destinations() == [("10.61.0.2", 213)]
+    assert bench.counters.copies_dropped[("rfc1234", "lan0", "unproven_host")] == 2
+    # Broadcasts and other unknown nodes go to the subnet broadcast, as before.
+    port.send(packet(bench.client_node), ipx.BROADCAST_NODE)
+    port.send(packet(bench.client_node, STATION), STATION)
+    assert fake.destinations()[1:] == [("10.61.0.255", 213)] * 2
+
+
+def test_rfc1234_p2p_sends_a_host_number_to_a_plan_peer(bench: Bench) -> None:
+    port, fake = rfc1234_port(bench, role="p2p", peers=("10.98.0.2",))
+    for ip in ("10.98.0.2", "10.98.0.3"):
+        port.send(packet(bench.client_node, host(ip)), host(ip))
+    assert fake.destinations() == [("10.98.0.2", 213)]
+    assert bench.counters.copies_dropped[("rfc1234", "lan0", "unproven_host")] == 1
+
+
+def test_a_new_plan_cuts_the_links_outside_its_subnet(bench: Bench) -> None:
+    port, fake = rfc1234_port(bench)
+    old = host("10.61.0.2")
+    port.links.learn(old, ("10.61.0.2", 213), bench.clock.now)
+    port.links.learn(STATION, ("10.61.0.3", 213), bench.clock.now)
+    plan = port.plan
+    port.plan = PortPlan(RFC, 3, "lan", 1500, "10.62.0.1", "10.62.0.255", (), ("10.62.0.0/24",))
+    assert len(port.links) == 0
+    port.send(packet(bench.client_node, old), old)
+    port.send(packet(bench.client_node, STATION), STATION)
+    assert fake.destinations() == [("10.62.0.255", 213)]
+    port.plan = plan
+    assert fake.sent[0][0][10:16] == STATION
+
+
+def test_ipxwrapper_unicasts_only_to_heard_addresses_else_the_subnet_broadcast(
+    bench: Bench,
+) -> None:
+    wrapper = IpxWrapperSocket(bench.endpoint, "127.0.0.1", 0)
+    try:
+        plan = PortPlan(WRAP, 3, "lan", 1500, "10.61.0.1", "10.61.0.255", (), ("10.61.0.0/24",))
+        port = wrapper.port_for(plan, bench.counters)
+        fake = FakeDatagramSocket()
+        port._sock = fake
+        port.links.learn(STATION, ("10.61.0.2", 54792), bench.clock.now)
+        for dst in (STATION, host("198.51.100.7"), VICTIM):
+            port.send(packet(bench.client_node, dst), dst)
+        assert fake.destinations() == [
+            ("10.61.0.2", 54792),
+            ("10.61.0.255", wrapper.port),
+            ("10.61.0.255", wrapper.port),
+        ]
+    finally:
+        wrapper.close()
+
+
+@pytest.mark.parametrize("kind", [PortKind.RFC1234, PortKind.IPXWRAPPER])
+def test_link_tables_are_bounded_in_two_tiers_and_count_evictions(
+    bench: Bench, kind: PortKind
+) -> None:
+    port, _ = rfc1234_port(bench)
+    if kind is PortKind.IPXWRAPPER:
+        wrapper = IpxWrapperSocket(bench.endpoint, "127.0.0.1", 0)
+        plan = PortPlan(WRAP, 3, "lan", 1500, "10.61.0.1", "10.61.0.255", (), ("10.61.0.0/24",))
+        port = wrapper.port_for(plan, bench.counters)  # type: ignore[assignment]
+        wrapper.close()
+    t0 = bench.clock.now
+    port.links.learn(STATION, ("10.61.0.2", 213), t0)
+    port.links.learn(STATION, ("10.61.0.2", 213), t0 + PROOF_AFTER)
+    for n in range(2 * MAX_LINKS):
+        port.links.learn(b"\x02" + n.to_bytes(5, "big"), ("10.61.0.3", 213), t0 + 2)
+    assert port.links.get(STATION) == ("10.61.0.2", 213)
+    assert len(port.links) <= MAX_LINKS
+    table = f"{kind}_links"
+    assert bench.counters.table_evictions[(table, "unproven")] > 0
+    assert bench.counters.table_evictions[(table, "proven")] == 0
+
+
+def test_rfc1234_links_are_learned_only_from_datagrams_the_switch_accepted(bench: Bench) -> None:
+    port, _ = rfc1234_port(bench)
+    lo = PortPlan(RFC, 3, "lan", 1500, "127.0.0.1", "127.255.255.255", (), ("127.0.0.0/8",))
+    port.plan = lo
+    bench.endpoint.segments[RFC] = port
+    bench.switch.add_segment(RFC)
+    bench.switch.udp_segment_for = SourceIndex((lo,), PortKind.RFC1234)
+    good, bad = (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM),
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM),
+    )
+    try:
+        good.bind(("127.0.0.1", 0))
+        bad.bind(("127.0.0.1", 0))
+        good_node, bad_node = host("127.0.0.2"), host("127.0.0.3")
+        good.sendto(packet(good_node, data=b"hello"), bench.sock.getsockname())
+        spent = packet(bad_node, hops=255)
+        bad.sendto(spent, bench.sock.getsockname())
+        bench.endpoint._on_readable()
+        assert bench.counters.port_outcomes[("rfc1234", "lan0", "dropped", "hop_limit")] == 1
+        assert port.links.get(good_node) == good.getsockname()
+        assert port.links.get(bad_node) is None
+    finally:
+        good.close()
+        bad.close()
+
+
+def test_ipxwrapper_links_are_learned_only_from_datagrams_the_switch_accepted(
+    bench: Bench,
+) -> None:
+    wrapper = IpxWrapperSocket(bench.endpoint, "127.0.0.1", 0)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sender.bind(("127.0.0.1", 0))
+        plan = PortPlan(WRAP, 3, "lan", 1500, "127.0.0.1", "127.255.255.255", (), ("127.0.0.0/8",))
+        port = wrapper.port_for(plan, bench.counters)
+        bench.endpoint.segments[WRAP] = port
+        bench.switch.add_segment(WRAP)
+        wrapper.sources = SourceIndex((plan,), PortKind.IPXWRAPPER)
+
+        def ipxwrapper(src: bytes, payload: bytes) -> bytes:
+            # protocols.md 6: type, dst net/node/socket, src net/node/socket, data size.
+            return (
+                b"\x00" + bytes(4) + ipx.BROADCAST_NODE + GAME_SOCKET.to_bytes(2, "big")
+                + bytes(4) + src + GAME_SOCKET.to_bytes(2, "big")
+                + len(payload).to_bytes(2, "big") + payload
+            )  # fmt: skip
+
+        sender.sendto(ipxwrapper(STATION, b"hi"), wrapper.sock.getsockname())
+        # A host on the subnet that claims a DOSBox client's node: a loop, dropped.
+        sender.sendto(ipxwrapper(bench.client_node, b"hi"), wrapper.sock.getsockname())
+        wrapper.on_readable()
+        assert bench.counters.port_outcomes[("ipxwrapper", "lan0", "dropped", "loop")] == 1
+        assert port.links.get(STATION) == sender.getsockname()
+        assert port.links.get(bench.client_node) is None
+    finally:
+        sender.close()
+        wrapper.close()
