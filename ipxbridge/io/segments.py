@@ -48,6 +48,10 @@ switch did not drop, kept in a bounded table of two tiers (``policy/tables.Prove
 tables ``rfc1234_links`` and ``ipxwrapper_links``) and cut to the port's subnet and peers when
 its plan changes.
 
+No exception from remote input escapes a reader: the work on each frame or datagram is
+guarded, and an unexpected exception is booked as a drop (``internal_error``) and logged with
+its traceback at most once a minute (``IpxEndpoint.fault``).
+
 No IPXWrapper coalesced batch (protocols.md 6) reaches a port: the switch unpacks every
 batch where it enters and switches its packets one by one (``policy/switch.py`` rule 1), so
 every port carries plain IPX packets, which every IPXWrapper version and native stack accepts.
@@ -119,6 +123,9 @@ class Sink(Protocol):
         label: tuple[str, str] | None = None,
     ) -> Decision: ...
     def reject(self, kind: str, interface: str, size: int, reason: str) -> None: ...  # noqa: D102
+    def fault(  # noqa: D102
+        self, label: tuple[str, str], size: int, exc: Exception, *, booked: bool
+    ) -> None: ...
 
 
 class PacketSocket(Protocol):
@@ -306,15 +313,19 @@ class EthernetPort:
             except OSError:
                 sink.counters.recv_errors += 1  # ENETDOWN: the watcher reopens the port
                 return
+            decision: Decision | None = None
             try:
-                parsed = parse_frame(frame)
-            except WireError as exc:
-                sink.reject(PortKind.ETHERNET, name, len(frame), exc.reason)
-                continue
-            packet = bytes(parsed.packet)
-            decision = sink.ingest(self.segment, packet, via=parsed.framing, label=label)
-            if learner is not None and accepted(decision):
-                learner.observe_frame(parsed, now)
+                try:
+                    parsed = parse_frame(frame)
+                except WireError as exc:
+                    sink.reject(PortKind.ETHERNET, name, len(frame), exc.reason)
+                    continue
+                packet = bytes(parsed.packet)
+                decision = sink.ingest(self.segment, packet, via=parsed.framing, label=label)
+                if learner is not None and accepted(decision):
+                    learner.observe_frame(parsed, now)
+            except Exception as exc:  # noqa: BLE001 - a bug must cost one frame, not the reader
+                sink.fault(label, len(frame), exc, booked=decision is not None)
 
     def send(self, packet: bytes, dst_node: bytes) -> None:
         """Put one IPX packet on the segment (in each framing it needs), from the port's MAC."""
@@ -516,30 +527,39 @@ class IpxWrapperSocket:
             except OSError:
                 sink.counters.recv_errors += 1
                 return
-            ip = addr[0]
-            segment = sources(ip)
-            if ip in self.own_ips:
-                # Our own broadcast to a subnet, looped back to our socket.
-                where = segment.interface if segment else ""
-                sink.reject(PortKind.IPXWRAPPER, where, len(data), "own_packet")
-                continue
-            if segment is None or segment not in self.ports:
-                sink.reject(PortKind.IPXWRAPPER, "", len(data), "off_segment")
-                continue
+            label = _IPXWRAPPER
+            decision: Decision | None = None
             try:
-                packet = ipxwrapper_to_ipx(parse_ipxwrapper(data))
-            except WireError as exc:
-                sink.reject(PortKind.IPXWRAPPER, segment.interface, len(data), exc.reason)
-                continue
-            port = self.ports[segment]
-            decision = sink.ingest(segment, packet, label=port.label)
-            if decision.detail == "batch":
-                # From its packets as from lone ones; its own header is checked by nobody.
-                for inner, one in decision.inner:
-                    if accepted(one):
-                        port.links.learn(inner[22:28], addr, now)
-            elif accepted(decision):
-                port.links.learn(packet[22:28], addr, now)
+                ip = addr[0]
+                segment = sources(ip)
+                if ip in self.own_ips:
+                    # Our own broadcast to a subnet, looped back to our socket.
+                    where = segment.interface if segment else ""
+                    sink.reject(PortKind.IPXWRAPPER, where, len(data), "own_packet")
+                    continue
+                if segment is None or segment not in self.ports:
+                    sink.reject(PortKind.IPXWRAPPER, "", len(data), "off_segment")
+                    continue
+                port = self.ports[segment]
+                label = port.label
+                try:
+                    packet = ipxwrapper_to_ipx(parse_ipxwrapper(data))
+                except WireError as exc:
+                    sink.reject(PortKind.IPXWRAPPER, segment.interface, len(data), exc.reason)
+                    continue
+                decision = sink.ingest(segment, packet, label=label)
+                if decision.detail == "batch":
+                    # From its packets as from lone ones; its own header is checked by nobody.
+                    for inner, one in decision.inner:
+                        if accepted(one):
+                            port.links.learn(inner[22:28], addr, now)
+                elif accepted(decision):
+                    port.links.learn(packet[22:28], addr, now)
+            except Exception as exc:  # noqa: BLE001 - a bug must cost one datagram, not the reader
+                sink.fault(label, len(data), exc, booked=decision is not None)
+
+
+_IPXWRAPPER: Final = (str(PortKind.IPXWRAPPER), "")  # before the datagram's port is known
 
 
 SegmentPort = EthernetPort | IpxWrapperPort | Rfc1234Port

@@ -8,7 +8,9 @@ Only bytes and timers move here (aioquic ``asyncio/protocol.py`` style):
 * Sends are non-blocking ``sendto`` calls. ``EAGAIN`` and every other errno are counted per
   errno name and the copy is dropped: there is no send queue to grow without bound
   (reliability.md item 5).
-* ``WireError`` never escapes: the policy turns malformed datagrams into counted drops.
+* ``WireError`` never escapes: the policy turns malformed datagrams into counted drops. Nor
+  does anything else: the work on each datagram is guarded, and an unexpected exception is a
+  counted drop (``internal_error``) with one traceback logged a minute (``fault``).
 """
 
 import asyncio
@@ -126,6 +128,7 @@ class IpxEndpoint:
         self.segments: dict[Segment, SegmentPort] = {}
         self._event_log = RateLimiter(rate=2.0, burst=20)
         self._drop_log = RateLimiter(rate=5.0, burst=20)  # per-packet lines: debug only
+        self._fault_log = RateLimiter(rate=1 / 60, burst=1)  # tracebacks: one a minute
 
     @property
     def address(self) -> Address:
@@ -202,23 +205,29 @@ class IpxEndpoint:
                 # e.g. a queued ICMP error; the datagram itself was never delivered to us.
                 counters.recv_errors += 1
                 break
-            counters.received += 1
-            counters.received_bytes += len(data)
-            self._sample = (self._sample + 1) & 15
-            started = perf_counter() if self._sample == 0 else 0.0
-            decision = switch.handle(data, addr, now)
-            # The port it came in on, for the books per port (issue 13).
             label = _DOSBOX
-            if addr in peers:
-                label = _PEER
-            elif udp_segments and addr not in clients:
-                segment = switch.udp_segment_for(addr[0])
-                port = self.segments.get(segment) if segment is not None else None
-                if isinstance(port, Rfc1234Port):
-                    label = port.label
-                    _learn_links(port, decision, data, addr, now)
-            counters.port_received[label] += 1
-            apply(decision, data, label, addr, now, started)
+            booked = False
+            try:
+                self._sample = (self._sample + 1) & 15
+                started = perf_counter() if self._sample == 0 else 0.0
+                decision = switch.handle(data, addr, now)
+                # The port it came in on, for the books per port (issue 13).
+                if addr in peers:
+                    label = _PEER
+                elif udp_segments and addr not in clients:
+                    segment = switch.udp_segment_for(addr[0])
+                    port = self.segments.get(segment) if segment is not None else None
+                    if isinstance(port, Rfc1234Port):
+                        label = port.label
+                        _learn_links(port, decision, data, addr, now)
+                # Booked once its port is known; _apply books the outcome before sending.
+                counters.received += 1
+                counters.received_bytes += len(data)
+                counters.port_received[label] += 1
+                booked = True
+                apply(decision, data, label, addr, now, started)
+            except Exception as exc:  # noqa: BLE001 - a bug must cost one datagram, not the reader
+                self.fault(label, len(data), exc, booked=booked)
         self._log_events()
 
     def ingest(
@@ -232,19 +241,26 @@ class IpxEndpoint:
         """One IPX packet from an interface port (``io/segments.py``): switched and counted.
 
         ``label`` is the port's (kind, interface) for the books, built once by the port:
-        a key with a StrEnum in it costs a Python-level hash per packet.
+        a key with a StrEnum in it costs a Python-level hash per packet. Never raises: an
+        unexpected exception is a ``fault``, and the packet an ``internal_error`` drop.
         """
-        counters = self.counters
-        counters.received += 1
-        counters.received_bytes += len(data)
         if label is None:
             label = (str(segment.kind), segment.interface)
-        counters.port_received[label] += 1
-        now = self._loop.time()
-        self._sample = (self._sample + 1) & 15
-        started = perf_counter() if self._sample == 0 else 0.0
-        decision = self.switch.handle_segment(segment, data, now, via=via)
-        self._apply(decision, data, label, None, now, started)
+        decision = _INTERNAL_ERROR
+        booked = False
+        try:
+            now = self._loop.time()
+            self._sample = (self._sample + 1) & 15
+            started = perf_counter() if self._sample == 0 else 0.0
+            decision = self.switch.handle_segment(segment, data, now, via=via)
+            counters = self.counters
+            counters.received += 1
+            counters.received_bytes += len(data)
+            counters.port_received[label] += 1
+            booked = True
+            self._apply(decision, data, label, None, now, started)
+        except Exception as exc:  # noqa: BLE001 - a bug must cost one packet, not the reader
+            self.fault(label, len(data), exc, booked=booked)
         return decision
 
     def reject(self, kind: str, interface: str, size: int, reason: str) -> None:
@@ -255,6 +271,30 @@ class IpxEndpoint:
         counters.port_received[(kind, interface)] += 1
         counters.dropped[reason] += 1
         counters.port_outcomes[(kind, interface, "dropped", reason)] += 1
+
+    def fault(self, label: tuple[str, str], size: int, exc: Exception, *, booked: bool) -> None:
+        """An unexpected exception ``exc`` while handling one datagram from ``label``'s port.
+
+        A datagram not yet booked is booked as dropped (``internal_error``); one already
+        booked keeps its outcome, and the copies it may have lost are counted
+        (``copies_dropped``, under the port it came in on). Logged with the traceback at most
+        once a minute: a stranger who found such a bug must not be able to fill the log.
+        """
+        if booked:
+            self.counters.copies_dropped[(*label, "internal_error")] += 1
+        else:
+            self.reject(label[0], label[1], size, "internal_error")
+        limiter = self._fault_log
+        if limiter.allow(self._loop.time()):
+            missed, limiter.suppressed = limiter.suppressed, 0
+            logger.error(
+                "internal error on a packet from %s %s (counted as internal_error; "
+                "%d more since the last one logged)",
+                label[0],
+                label[1] or "socket",
+                missed,
+                exc_info=exc,
+            )
 
     def _apply(  # noqa: PLR0917 - the hot path: positional on purpose
         self,
@@ -401,6 +441,8 @@ def _learn_links(
         port.links.learn(data[22:28], addr, now)
 
 
+# A packet whose handling failed before the switch decided (``IpxEndpoint.fault``).
+_INTERNAL_ERROR: Final = Decision(Outcome.DROPPED, "internal_error")
 _DOSBOX: Final = ("dosbox", "")  # the tunnel socket: DOSBox-protocol clients (and strangers)
 _PEER: Final = ("peer", "")  # the tunnel socket: static RFC 1234 peers
 

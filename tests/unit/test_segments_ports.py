@@ -7,6 +7,7 @@ keeps each datagram and its destination. Behind them is a real ``IpxEndpoint`` a
 """
 
 import asyncio
+import logging
 import socket
 from collections.abc import Iterator
 from typing import Any, cast
@@ -506,4 +507,109 @@ def test_ipxwrapper_links_are_learned_only_from_datagrams_the_switch_accepted(
         assert port.links.get(bench.client_node) is None
     finally:
         sender.close()
+        wrapper.close()
+
+
+# --- crash guard --------------------------------------------------------------------------------
+
+
+def boom(*_args: object, **_kw: object) -> Decision:
+    raise RuntimeError("a bug")
+
+
+def errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_bug_in_the_switch_costs_one_frame_each_booked_and_logged_once_a_minute(
+    bench: Bench, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port, fake = bench.ethernet()
+    monkeypatch.setattr(bench.switch, "handle_segment", boom)
+    fake.incoming += [
+        frame(STATION, Framing.LLC, packet(STATION, data=bytes([n]))) for n in range(5)
+    ]
+    with caplog.at_level(logging.ERROR):
+        port.on_readable()
+    assert not fake.incoming  # the reader went on
+    assert bench.counters.port_outcomes[(*ETH_LABEL, "dropped", "internal_error")] == 5
+    assert bench.counters.dropped["internal_error"] == 5
+    bench.balanced()
+    (record,) = errors(caplog)
+    assert record.exc_info is not None
+    assert "RuntimeError: a bug" in caplog.text
+    caplog.clear()
+    bench.clock.now += 60
+    fake.incoming.append(frame(STATION, Framing.LLC, packet(STATION, data=b"later")))
+    with caplog.at_level(logging.ERROR):
+        port.on_readable()
+    (record,) = errors(caplog)
+    assert "4 more since the last one logged" in record.getMessage()
+
+
+def test_a_bug_while_sending_keeps_the_books_and_counts_the_lost_copies(
+    bench: Bench, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port, fake = bench.ethernet()
+    monkeypatch.setattr(bench.endpoint, "_send_many", boom)
+    fake.incoming += [
+        frame(STATION, Framing.LLC, packet(STATION, data=bytes([n]))) for n in range(3)
+    ]
+    with caplog.at_level(logging.ERROR):
+        port.on_readable()
+    assert bench.counters.port_outcomes[(*ETH_LABEL, "forwarded", "")] == 3
+    assert bench.counters.copies_dropped[(*ETH_LABEL, "internal_error")] == 3
+    bench.balanced()
+    assert len(errors(caplog)) == 1
+    # It was accepted: what the port learns from it is still learned.
+    assert port.framings.framing_for(STATION) is Framing.LLC
+
+
+def test_a_bug_before_the_switch_is_a_dropped_frame(
+    bench: Bench, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port, fake = bench.ethernet()
+    monkeypatch.setattr(segments, "parse_frame", boom)
+    fake.incoming += [frame(STATION, Framing.LLC, packet(STATION))] * 2
+    with caplog.at_level(logging.ERROR):
+        port.on_readable()
+    assert bench.counters.port_received[ETH_LABEL] == 2
+    assert bench.counters.port_outcomes[(*ETH_LABEL, "dropped", "internal_error")] == 2
+    bench.balanced()
+    assert len(errors(caplog)) == 1
+
+
+def test_a_bug_on_the_tunnel_socket_costs_one_datagram(
+    bench: Bench, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench.switch, "handle", boom)
+    for n in range(4):
+        bench.client.sendto(packet(bench.client_node, data=bytes([n])), bench.sock.getsockname())
+    with caplog.at_level(logging.ERROR):
+        bench.endpoint._on_readable()
+    with pytest.raises(BlockingIOError):
+        bench.sock.recv(65535)  # every datagram was read
+    assert bench.counters.port_outcomes[("dosbox", "", "dropped", "internal_error")] == 4
+    bench.balanced()
+    assert len(errors(caplog)) == 1
+
+
+def test_a_bug_on_the_ipxwrapper_socket_costs_one_datagram(
+    bench: Bench, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrapper = IpxWrapperSocket(bench.endpoint, "127.0.0.1", 0)
+    try:
+
+        def broken(_ip: str) -> Segment | None:
+            raise KeyError(_ip)
+
+        wrapper.sources = broken
+        for _ in range(3):
+            bench.client.sendto(b"x" * 40, wrapper.sock.getsockname())
+        with caplog.at_level(logging.ERROR):
+            wrapper.on_readable()
+        assert bench.counters.port_outcomes[("ipxwrapper", "", "dropped", "internal_error")] == 3
+        bench.balanced()
+        assert len(errors(caplog)) == 1
+    finally:
         wrapper.close()
