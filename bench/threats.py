@@ -220,16 +220,20 @@ def pace(started: float, i: int, rate: float) -> None:
         time.sleep(lag)
 
 
-def two_bridges(net: Lan, *, kinds: str = "", key: bool = False, b3: bool = False) -> None:
-    """b1 and b2 on site A's segment with ``--ipx-iface lan0[:kinds]``, peered; b3 too."""
+def two_bridges(net: Lan, *, kinds: str = "", key: bool = False, remote: str = "") -> None:
+    """b1 and b2 on site A's segment with ``--ipx-iface lan0[:kinds]``, peered. ``remote``:
+    the remote bridge b3 (DOSBox clients only, no segment) peered with ``b1``, or with
+    ``both`` (a hub)."""
     port = "lan0" + (f":{kinds}" if kinds else "")
-    remote = ("--peer", B3_WAN) if b3 else ()
     specs: dict[str, Sequence[str]] = {
-        "b1": ("--ipx-iface", port, "--peer", B2_PEER, *remote),
-        "b2": ("--ipx-iface", port, "--peer", B1_PEER, *remote),
+        "b1": ("--ipx-iface", port, "--peer", B2_PEER, *(("--peer", B3_WAN) if remote else ())),
+        "b2": ("--ipx-iface", port, "--peer", B1_PEER),
     }
-    if b3:
-        specs["b3"] = ("--peer", B1_WAN, "--peer", B2_WAN)  # a hub of DOSBox clients
+    if remote == "both":
+        specs["b2"] = (*specs["b2"], "--peer", B3_WAN)
+    if remote:
+        hub = ("--peer", B2_WAN) if remote == "both" else ()
+        specs["b3"] = ("--peer", B1_WAN, *hub)
     net.start(specs, key=key)
     converge(net)
 
@@ -365,7 +369,7 @@ def attack_loop(net: Lan, cfg: Cfg) -> Result:
             for seq in range(count):
                 pace(began, seq, rate)
                 w1.broadcast(tag(LOOP_W, seq, 26), GAME_SOCKET)
-            time.sleep(1.0)
+            time.sleep(0.5)
             host = lan_copies(capture, began, LOOP_W)
             at_n1 = counts(n1.got, LOOP_W)
             for seq, with_frame in ((0, False), (1, True)):
@@ -459,7 +463,7 @@ def attack_source_mac(net: Lan, cfg: Cfg) -> Result:
     capture = tap(net)
     own = {net.macs["b1"], net.macs["b2"]}
     victim = n1.mac
-    seconds = cfg.t(1.5, 6.0)
+    seconds = cfg.t(1.0, 6.0)
 
     def via_wrapper(seq: int) -> None:
         packet = ipxwrapper(BROADCAST, GAME_SOCKET, victim, GAME_SOCKET, tag(MAC_WRAPPER, seq, 40))
@@ -575,9 +579,10 @@ class Forger:
             self._both(with_source(s.packet, self.LOWER), udp)
 
     def as_peer(self, *, udp: bool = False) -> None:
-        """The remote peer itself on this segment (an id the beacons list, not heard here)."""
+        """The remote peer itself on this segment (an id the beacons list, not heard here, or
+        the ``00 00`` + IPv4 a bridge without segments goes by: its address is no secret)."""
         ids, peers, newer = self.heard()
-        for identity in sorted(peers - ids):
+        for identity in sorted((peers - ids) | {b"\0\0" + socket.inet_aton(B3_WAN)}):
             self._both(beacon_v1(identity, []), udp)
             for s in newer:
                 self._both(with_source(s.packet, identity), udp)
@@ -589,18 +594,20 @@ class Forger:
             self._both(beacon_v1(min(ids), []), udp=False)
 
     def spoofed_peer(self) -> None:
-        """A peer beacon in UDP from the remote peer's address, naming another bridge id."""
-        for server, own in ((B1_LAN, B1_WAN), (B2_LAN, B2_WAN)):
+        """A peer beacon in UDP from one bridge's peer address to the other, naming another
+        bridge id: the receiver no longer sees its peer on the segment."""
+        for src, server, own in ((B1_PEER, B2_LAN, B2_PEER), (B2_PEER, B1_LAN, B1_PEER)):
             dst_node = b"\0\0" + socket.inet_aton(own)
             forged = beacon_v1(b"\x02" + os.urandom(5), [], dst_node)
-            self.att.spoof((B3_WAN, 213), (server, 213), forged)
+            self.att.spoof((src, 213), (server, 213), forged)
 
 
 SILENCING: Final = ("lower_id", "as_peer", "udp")
-DUPLICATING: Final = ("no_peers", "spoofed_peer")
+DUPLICATING: Final = ("spoofed_peer", "no_peers")
 
 
 def forge(forger: Forger, variant: str) -> None:
+    """One round of the forgeries ``variant`` names (``FORGERIES``)."""
     if variant == "lower_id":
         forger.lower_id()
     elif variant == "as_peer":
@@ -623,19 +630,27 @@ def forge(forger: Forger, variant: str) -> None:
 
 
 def beacon_run(net: Lan, cfg: Cfg, variant: str, *, key: bool) -> dict[str, Any]:
-    """c3 (a client of the remote bridge b3) broadcasts 10/s; what n1 (Ethernet II) and w1
-    (IPXWrapper) on site A get while ``variant`` is forged (``single``: one round only)."""
+    """Broadcasts at 10/s toward site A while ``variant`` is forged; what n1 (Ethernet II)
+    and w1 (IPXWrapper) get.
+
+    The remote bridge b3 is peered with b1 only, so its client c3's packets reach site A
+    through b1 alone, by rule 8's peer clause: the one a forged beacon may turn off. For the
+    duplicating forgeries the sender is b1's own client c1, which b2 hears from its peer b1
+    and must leave alone. ``hub``: no forgery, b3 peered with both bridges.
+    """
+    dup = variant in (*DUPLICATING, "duplicate")
     att = Attacker(net)  # listening on the segment before the bridges start, as a host does
     forger = Forger(att)
-    period = 0.1 if variant in (*DUPLICATING, "duplicate") else 2.0
-    seconds = cfg.t(2.5, 20.0 if variant == "single" else 8.0)
+    period = 0.1 if dup else 2.0
+    seconds = cfg.t(2.0, 20.0 if variant == "single" else 8.0)
     try:
         with watching(att) as watch:
-            two_bridges(net, key=key, b3=True)
+            two_bridges(net, key=key, remote="both" if variant == "hub" else "b1")
             n1 = Station("n1", net.ns["n1"])
             w1 = WrapperHost("w1", net.ns["w1"], f"{W1_IP}/24", W1_NODE)
-            c3 = DosClient("c3", net.ns["c3"], (C3_SERVER, 213))
-            watch.add(n1, *w1.readers(), c3)
+            server = (C1_SERVER, 213) if dup else (C3_SERVER, 213)
+            source = DosClient("source", net.ns["c1" if dup else "c3"], server)
+            watch.add(n1, *w1.readers(), source)
             n1.broadcast(tag(HELLO, 2), GAME_SOCKET)
             time.sleep(0.3)
             beacons_heard = len(att.heard)
@@ -647,9 +662,10 @@ def beacon_run(net: Lan, cfg: Cfg, variant: str, *, key: bool) -> dict[str, Any]
                 pace(began, i, 10.0)
                 if time.monotonic() > began + 0.5 + seconds:
                     break
-                c3.broadcast(tag(BEACON_TRAFFIC, i, 32), GAME_SOCKET)
+                source.broadcast(tag(BEACON_TRAFFIC, i, 32), GAME_SOCKET)
                 sent += 1
-                if time.monotonic() >= next_forgery and (variant != "single" or not forged_rounds):
+                due = time.monotonic() >= next_forgery and variant != "hub"
+                if due and (variant != "single" or not forged_rounds):
                     forge(forger, variant)
                     forged_rounds += 1
                     next_forgery += period
@@ -679,19 +695,21 @@ def beacon_run(net: Lan, cfg: Cfg, variant: str, *, key: bool) -> dict[str, Any]
         "copies_n1": sum(at_n1[s] for s in window) / max(sum(1 for s in window if at_n1[s]), 1),
         "copies_w1": sum(at_w1[s] for s in window) / max(sum(1 for s in window if at_w1[s]), 1),
         "longest_gap": gaps,
+        "missing_n1": [s for s in window if not at_n1[s]][:20],
         "forged": att.sent,
         "beacons_heard": beacons_heard,
     }
 
 
 FORGERIES: Final = {
+    "hub": "no forgery: the remote bridge is a hub peered with both bridges",
     "lower_id": "a lower bridge id claiming the remote peer, Ethernet II frames every 2 s",
     "as_peer": "the remote peer's own identity on the segment, every 2 s",
     "udp": "both, as IPXWrapper datagrams from a plain UDP socket, every 2 s",
     "silence": "a lower id, the peer's identity, and both over UDP, every 2 s",
     "single": "one frame: a lower bridge id claiming the remote peer",
     "no_peers": "the responsible bridge's id saying it has no peers, 10/s",
-    "spoofed_peer": "peer beacons in UDP spoofed from the remote peer's address, 10/s",
+    "spoofed_peer": "peer beacons in UDP spoofed from each bridge's peer address, 10/s",
     "duplicate": "'no peers' beacons and spoofed peer beacons, 10/s",
 }
 
@@ -702,6 +720,8 @@ def _beacon_rows(res: Result, net: Lan, cfg: Cfg, variants: Sequence[str], dup: 
         for variant in variants:
             name = f"{variant}/{'key' if key else 'no_key'}"
             attack = f"forged beacons ({FORGERIES[variant]}), {keyed} ipx.bridge_key_file"
+            if variant == "hub":
+                attack = f"{FORGERIES[variant]}, {keyed} ipx.bridge_key_file"
             if dup:
                 trustworthy = "one copy: <= 1.05 copies with a key (without one, a duplicate)"
             else:
@@ -726,7 +746,7 @@ def _beacon_rows(res: Result, net: Lan, cfg: Cfg, variants: Sequence[str], dup: 
 def attack_beacon_forged(net: Lan, cfg: Cfg) -> Result:
     """Forged rule-8 beacons meant to silence a segment (R21: no silence)."""
     res = Result("beacon_forged")
-    variants = ("silence",) if cfg.quick else (*SILENCING, "silence", "single")
+    variants = ("silence",) if cfg.quick else ("hub", *SILENCING, "silence", "single")
     _beacon_rows(res, net, cfg, variants, dup=False)
     return res
 
@@ -1119,7 +1139,7 @@ def attack_framings(net: Lan, cfg: Cfg) -> Result:
             time.sleep(0.3)
             after, worst, per = framings_of(100, 10)
             # One bad-checksum SNAP frame a second from the station's MAC, unicasts to it.
-            seconds = cfg.t(3.0, 8.0)
+            seconds = cfg.t(2.0, 8.0)
             began = time.monotonic()
             unicasts = int(seconds * 10)
             for i in range(unicasts):
