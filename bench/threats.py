@@ -33,6 +33,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -46,6 +47,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from benchlib import ROOT, BenchError
+from benchlib.bridge import Process, spawn
 from benchlib.frames import ipv4_udp
 from benchlib.ipxlan import (
     ATT_IP,
@@ -107,6 +109,7 @@ from benchlib.ipxwire import (
     with_source,
 )
 from benchlib.netns import exit_on_signals, sh, socket_in
+from benchlib.procstat import cpu_seconds
 
 ETH_P_ALL: Final = 0x0003
 LAN_BCAST: Final = str(LAN.broadcast_address)
@@ -341,12 +344,68 @@ def worst_per_kind(copies: dict[str, Counter[int]]) -> int:
     return max((max(c.values()) for c in copies.values() if c), default=0)
 
 
+def plural(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+
 def kinds_text(copies: dict[str, Counter[int]], sent: int) -> str:
     parts = [f"{k} {sum(c.values()) / max(sent, 1):.2f}" for k, c in sorted(copies.items())]
     return ", ".join(parts) or "none"
 
 
 # --- R19: loops across kinds -----------------------------------------------------------------
+
+
+def cpu(net: Lan) -> float:
+    """CPU seconds the running bridges have used."""
+    total = 0.0
+    for bridge in net.bridges.values():
+        with contextlib.suppress(OSError):
+            total += sum(cpu_seconds(bridge.proc.pid))
+    return total
+
+
+def start_dumpcap(net: Lan, path: Path) -> Process | None:
+    """dumpcap on site A's Linux bridge (every broadcast crosses it once), IPX and IPXWrapper
+    frames only; None without dumpcap and tshark."""
+    if not (shutil.which("dumpcap") and shutil.which("tshark")):
+        return None
+    bpf = "ether proto 0x8137 or udp port 54792 or ether[12:2] <= 1500"
+    argv = ["dumpcap", "-q", "-i", "br0", "-f", bpf, "-w", str(path)]
+    proc = spawn(argv, log=path.with_suffix(".log"), ns=net.ns["seg"])
+    try:
+        proc.wait_for("Capturing on", 10)
+    except BenchError:
+        proc.stop(2)
+        return None
+    return proc
+
+
+def tshark_kinds(path: Path, code: int, exclude: set[bytes]) -> Counter[str]:
+    """Frames with attack ``code``'s tag in a capture, by kind, as tshark decodes them
+    (frames from ``exclude`` left out): an oracle that is not the bench's own parser."""
+    out = sh(
+        "tshark", "-r", str(path), "-Y", f"frame contains 54:48:52:21:{code:02x}",
+        "-T", "fields", "-e", "eth.src", "-e", "frame.protocols", "-e", "llc.dsap",
+        "-e", "udp.dstport",
+    )  # fmt: skip
+    kinds: Counter[str] = Counter()
+    macs = {m.hex(":") for m in exclude}
+    for line in out.splitlines():
+        src, protocols, dsap, dport = [*line.split("\t"), "", "", ""][:4]
+        if src in macs:
+            continue
+        if dport == str(IPXWRAPPER_PORT):
+            kinds["ipxwrapper"] += 1
+        elif dsap == "0xaa":
+            kinds[SNAP] += 1
+        elif dsap == "0xe0":
+            kinds[LLC] += 1
+        elif "ethertype:ipx" in protocols:
+            kinds[ETHERNET_II] += 1
+        elif protocols.startswith("eth:ipx"):
+            kinds[RAW_8023] += 1
+    return kinds
 
 
 def attack_loop(net: Lan, cfg: Cfg) -> Result:
@@ -358,18 +417,24 @@ def attack_loop(net: Lan, cfg: Cfg) -> Result:
     w1 = WrapperHost("w1", net.ns["w1"], f"{W1_IP}/24", W1_NODE)
     att = Attacker(net)
     capture = tap(net)
-    rate, count = 10.0, cfg.n(20, 100)
+    rate, count = 10.0, cfg.n(20, 600)  # R19: 10 pps, 60 s in the full form
     watch = int(cfg.t(2.0, 10.0))
     storms: list[tuple[int, int, list[int], int]] = []
+    pcap = net.workdir / "loop.pcap"
+    dumpcap = None if cfg.quick else start_dumpcap(net, pcap)
     try:
         with watching(capture, n1, w1):
             n1.broadcast(tag(HELLO, 0), GAME_SOCKET)  # a NetWare client loading
             time.sleep(0.3)
             began = time.monotonic()
+            cpu0 = cpu(net)
             for seq in range(count):
                 pace(began, seq, rate)
                 w1.broadcast(tag(LOOP_W, seq, 26), GAME_SOCKET)
             time.sleep(0.5)
+            busy = (cpu(net) - cpu0) / (time.monotonic() - began)
+            if dumpcap is not None:
+                dumpcap.stop(5)
             host = lan_copies(capture, began, LOOP_W)
             at_n1 = counts(n1.got, LOOP_W)
             for seq, with_frame in ((0, False), (1, True)):
@@ -400,20 +465,36 @@ def attack_loop(net: Lan, cfg: Cfg) -> Result:
     worst = worst_per_kind(host)
     delivered = sum(1 for s in range(count) if at_n1[s] >= 1)
     twice = sum(1 for s in range(count) if at_n1[s] > 1)
+    tenth = max(count // 10, 1)
+    first, last = (
+        sum(c[s] for c in host.values() for s in seqs) / tenth
+        for seqs in (range(tenth), range(count - tenth, count))
+    )
+    oracle = ""
+    if dumpcap is not None:
+        found = tshark_kinds(pcap, LOOP_W, {net.macs.get("w1", b"")})
+        res.values["tshark_copies"] = {k: v / count for k, v in found.items()}
+        oracle = "; tshark on the Linux bridge: " + (
+            ", ".join(f"{k} {v / count:.2f}" for k, v in sorted(found.items())) or "none"
+        )
     res.values.update(
         host_broadcasts=count,
         host_worst_per_kind=worst,
         host_copies=kinds_text(host, count),
         host_at_n1=delivered,
         host_at_n1_twice=twice,
+        host_first_tenth=first,
+        host_last_tenth=last,
+        host_cpu=busy,
         tap_kernel_drops=drops,
     )
     res.row(
         "IPXWrapper host broadcasts (10/s), two bridges with ethernet + ipxwrapper on its wire",
         "one copy per framing/kind in use; each reaches the native station once",
         f"copies per broadcast on the wire by kind: {kinds_text(host, count)}; worst {worst} "
-        f"in one kind; native station got {delivered}/{count} ({twice} twice)",
-        worst <= 1 and delivered >= 0.95 * count and not twice,
+        f"in one kind; first/last tenth {first:.2f}/{last:.2f} copies; native station got "
+        f"{delivered}/{count} ({twice} twice); bridges' CPU {busy:.0%}{oracle}",
+        worst <= 1 and delivered >= 0.95 * count and not twice and last <= first,
     )
     for (frames, datagrams, per_second, worst_one), name in zip(
         storms, ("single", "single_and_frame"), strict=True
@@ -431,7 +512,8 @@ def attack_loop(net: Lan, cfg: Cfg) -> Result:
             "one 83-byte IPXWrapper datagram to one bridge from anyone on the subnet"
             + (", and one Ethernet II frame of it to the other first" if name != "single" else ""),
             "one copy per kind, then silence",
-            f"{frames:,} frames + {datagrams:,} IPXWrapper datagrams in {len(per_second)} s, "
+            f"{plural(frames, 'frame')} + {plural(datagrams, 'IPXWrapper datagram')} in "
+            f"{len(per_second)} s, "
             f"{last:,} in the last second",
             worst_one <= 1 and last == 0,
         )
