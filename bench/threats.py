@@ -20,7 +20,7 @@ Attacks (``--only NAME,...``): loop, source_mac, beacon_forged, beacon_duplicate
 beacon_flood, batch_malformed, batch_filter, malformed, reflector, framings, mac_flood,
 rejoin.
 
-    python3 bench/threats.py [--tree PATH] [--quick] [--json] [--only NAME,...]
+    python3 bench/threats.py [--tree PATH] [--quick] [--json] [--save FILE] [--only NAME,...]
 
 ``--tree PATH`` runs the bridges from another checkout (PYTHONPATH=PATH), so the same script
 measures before and after. Options the tree lacks (``ipx.bridge_key_file``) are read from its
@@ -1607,6 +1607,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="the short form (the tests)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--only", default=",".join(PROVIDES), help="attacks, comma-separated")
+    parser.add_argument("--save", type=Path, help="write the JSON to this file as well")
     a = parser.parse_args()
     if os.geteuid() != 0:
         print("needs root (network namespaces, raw sockets)", file=sys.stderr)
@@ -1630,8 +1631,11 @@ def main() -> int:
     began = time.monotonic()
     out = run(tree, Cfg(a.quick), only, progress)
     out["seconds"] = round(time.monotonic() - began, 1)
+    text = json.dumps(out, indent=1, default=str)
+    if a.save:
+        a.save.write_text(text + "\n")
     if a.json:
-        print(json.dumps(out, indent=1, default=str))
+        print(text)
     else:
         results = [Result(n, [Row(**r) for r in v["rows"]]) for n, v in out["attacks"].items()]
         header = (
