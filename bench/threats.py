@@ -329,11 +329,13 @@ def watching(*readers: Reader | WrapperHost | Capture) -> Iterator[Watcher]:
         yield watcher
 
 
-def lan_copies(capture: Capture, since: float, code: int) -> dict[str, Counter[int]]:
+def lan_copies(
+    capture: Capture, since: float, code: int, ports: Sequence[str] = LAN_PORTS
+) -> dict[str, Counter[int]]:
     """Copies of attack ``code`` b1 and b2 put on site A's segment, per kind (a framing or
     ``ipxwrapper``/``udp213``), per sequence number."""
     out: dict[str, Counter[int]] = {}
-    for s in capture.since(since, ports=LAN_PORTS):
+    for s in capture.since(since, ports=ports):
         if s.tag is not None and s.tag[0] == code and s.is_ipx:
             out.setdefault(s.kind, Counter())[s.tag[1]] += 1
     return out
@@ -742,8 +744,9 @@ def beacon_run(net: Lan, cfg: Cfg, variant: str, *, key: bool) -> dict[str, Any]
     forger = Forger(att)
     period = 0.1 if dup else 2.0
     seconds = cfg.t(2.0, 20.0 if variant == "single" else 8.0)
+    capture = tap(net)
     try:
-        with watching(att) as watch:
+        with watching(att, capture) as watch:
             two_bridges(net, key=key, remote="both" if variant == "hub" else "b1")
             n1 = Station("n1", net.ns["n1"])
             w1 = WrapperHost("w1", net.ns["w1"], f"{W1_IP}/24", W1_NODE)
@@ -769,6 +772,11 @@ def beacon_run(net: Lan, cfg: Cfg, variant: str, *, key: bool) -> dict[str, Any]
                     forged_rounds += 1
                     next_forgery += period
             time.sleep(0.5)
+            on_wire = {
+                f"{port}/{kind}": sum(c.values())
+                for port in LAN_PORTS
+                for kind, c in lan_copies(capture, began, BEACON_TRAFFIC, (port,)).items()
+            }
         # Broadcasts from the first forgery on (i >= 5: sent 0.5 s in)
         window = range(5, sent)
         at_n1, at_w1 = counts(n1.got, BEACON_TRAFFIC), counts(w1.got, BEACON_TRAFFIC)
@@ -795,6 +803,7 @@ def beacon_run(net: Lan, cfg: Cfg, variant: str, *, key: bool) -> dict[str, Any]
         "copies_w1": sum(at_w1[s] for s in window) / max(sum(1 for s in window if at_w1[s]), 1),
         "longest_gap": gaps,
         "missing_n1": [s for s in window if not at_n1[s]][:20],
+        "on_wire": on_wire,  # what each bridge put on site A's segment, by kind
         "forged": att.sent,
         "beacons_heard": beacons_heard,
     }
@@ -1026,6 +1035,15 @@ def attack_batches(net: Lan, cfg: Cfg) -> list[Result]:
             tracebacks = sum(logs2[n][log1[n] :].count("Traceback") for n in logs2)
             log_bytes = sum(len(logs2[n]) - log1[n] for n in logs2)
             counted = sum(by_reason(m2, "batch_").values()) - drops0
+            before = by_reason(m1)
+            moved = {k: v - before.get(k, 0) for k, v in by_reason(m2).items()}
+            by_port = {
+                kind: int(
+                    sample(m2, "ipxbridge_ipx_port_packets_total", kind=kind, outcome="dropped")
+                    - sample(m1, "ipxbridge_ipx_port_packets_total", kind=kind, outcome="dropped")
+                )
+                for kind in ("dosbox", "ipxwrapper")
+            }
             forwarded = int(sample(m2, "ipxbridge_forwarded_packets_total", path="ipx") - fwd0)
             copies = len([s for s in capture.since(began) if s.tag and s.tag[0] == BATCH_BAD])
             bad.values.update(
@@ -1034,6 +1052,8 @@ def attack_batches(net: Lan, cfg: Cfg) -> list[Result]:
                 log_bytes=log_bytes,
                 counted=counted,
                 reasons=by_reason(m2, "batch_"),
+                drops_during={k: v for k, v in moved.items() if v},
+                dropped_by_port=by_port,
                 forwarded=forwarded,
                 copies=copies,
                 kinds=dict(kinds),
@@ -1044,7 +1064,9 @@ def attack_batches(net: Lan, cfg: Cfg) -> list[Result]:
                 "half from a DOSBox client",
                 "dropped and counted by reason; no traceback, no log line per packet",
                 f"{tracebacks:,} tracebacks, {log_bytes / 1024:,.0f} KB of log; batch_* drops "
-                f"{counted:,}/{count:,}; booked forwarded {forwarded:,}; {copies} inner copies",
+                f"{counted:,}/{count:,} (dropped on the DOSBox port {by_port['dosbox']:,}, on "
+                f"54792 {by_port['ipxwrapper']:,}); booked forwarded {forwarded:,}; {copies} "
+                "copies of them sent on",
                 tracebacks == 0 and counted >= count and log_bytes <= 20_000,
             )
             # 3. batches whose inner packets go to NCP, SAP and RIP

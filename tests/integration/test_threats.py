@@ -9,7 +9,7 @@ of reliability.md R19-R24 (and R7 for the rejoin). The script and these tests sh
 measurements: nothing here sends a packet.
 
 The figures each test reads are in the script's JSON (``attacks.NAME.values``); the failure
-message carries the row of the threat table, what was measured in words.
+message carries the rows of the threat table, what was measured in words, and the figures.
 """
 
 import json
@@ -40,6 +40,7 @@ def attack(threats: dict[str, Any], name: str) -> tuple[Values, str]:
     """(figures, the table's rows as text) of one attack; an attack that failed to run fails."""
     got = threats["attacks"][name]
     rows = "\n".join(f"{r['attack']}: {r['measured']} [{r['verdict']}]" for r in got["rows"])
+    rows += "\nfigures: " + json.dumps(got["values"])[:3000]
     assert "error" not in got["values"], rows
     return got["values"], rows
 
