@@ -1454,7 +1454,7 @@ def attack_rejoin(net: Lan, cfg: Cfg) -> Result:
     player = DosClient("player", net.ns["c1"], (C1_SERVER, 213), answer_pings=True)
     counter = VictimCounter(net.ns["vr"], VR_SERVER)
     att = Attacker(net)
-    seconds = cfg.t(3.0, 20.0)
+    seconds = cfg.t(2.0, 20.0)
     registrations = cfg.n(100, 1000)
     rejoin_ip, reg_ip = VR_IPS
     try:
