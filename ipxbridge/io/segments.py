@@ -158,7 +158,10 @@ def accepted(decision: Decision) -> bool:
 
     Not dropped; or dropped only because its socket is never relayed (``filtered_socket``):
     the switch learns the sender's node from those too (a NetWare station's RIP and SAP when
-    it loads are often all it says before a game). A batch counts if one of its packets does.
+    it loads are often all it says before a game); or a ``duplicate``: the station's own
+    frame, which lost the race to a copy another bridge relayed (with two bridges on one
+    LAN, a station heard only that way would never be learned here). A batch counts if one
+    of its packets does.
     Not a beacon: another bridge is no station, and a framing learned from the beacons two
     bridges send each other would keep itself in use for ever.
     """
@@ -167,7 +170,7 @@ def accepted(decision: Decision) -> bool:
         if detail == "batch":
             return any(accepted(one) for _, one in decision.inner)
         return detail != "beacon"
-    return detail == "filtered_socket"
+    return detail in {"filtered_socket", "duplicate"}
 
 
 def _count_error(counters: IpxCounters, exc: OSError) -> None:
@@ -295,7 +298,9 @@ class EthernetPort:
         sink = self._sink
         name = self.segment.interface
         label = self.label
-        learner = self.framings if self.fixed is None else None
+        # Also with a fixed framing: the learner is where the port knows which stations it
+        # has heard (a unicast goes only to those, ``send``).
+        learner = self.framings
         now = sink.now()
         # recv, not recvfrom, where the kernel leaves our own frames out: CPython turns the
         # sender's address into an interface name with one ioctl per frame.
@@ -322,7 +327,9 @@ class EthernetPort:
                     continue
                 packet = bytes(parsed.packet)
                 decision = sink.ingest(self.segment, packet, via=parsed.framing, label=label)
-                if learner is not None and accepted(decision):
+                if accepted(decision) and parsed.src_mac == packet[22:28]:
+                    # Only a station speaking for itself (frame source = IPX source node):
+                    # another bridge's copies carry that bridge's MAC (``send``).
                     learner.observe_frame(parsed, now)
             except Exception as exc:  # noqa: BLE001 - a bug must cost one frame, not the reader
                 sink.fault(label, len(frame), exc, booked=decision is not None)
@@ -333,9 +340,14 @@ class EthernetPort:
         if dst_node == BROADCAST_NODE:
             dst_mac = BROADCAST_MAC
             framings = (self.fixed,) if self.fixed else self.framings.in_use()
-        else:
+        elif dst_node in self.framings:
             dst_mac = dst_node  # the node of a native station is its MAC (protocols.md 3.1)
             framings = (self.fixed or self.framings.framing_for(dst_node),)
+        else:
+            # Never a frame to a MAC no station here was heard from: a remote party could
+            # aim the bridge at any host on the LAN. Games unicast to nodes they heard.
+            self._sink.counters.copies_dropped[(*self.label, "unproven_host")] += 1
+            return
         counters = self._sink.counters
         mtu = self.plan.mtu
         for framing in framings:

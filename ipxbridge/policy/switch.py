@@ -94,6 +94,11 @@ has no hop field. The I/O layer turns a segment target into frames or datagrams.
      what keeps two bridges from both translating between the kinds, and the copies of one
      from coming back through the other as new packets.
 
+   * a packet that arrived from a peer P is not sent to another peer that lists P among its
+     own peers: it gets the packet from P directly, and a relayed copy that overtook P's
+     would look to it like this bridge's (the first two clauses would then leave it off a
+     segment that nobody serves).
+
    Packets from a bridge's own clients go to every segment. Beacons are consumed (``beacon``),
    never forwarded, and nothing addressed to the beacon socket is relayed. A trusted newcomer
    is answered at once (at most every ``BEACON_ANSWER_GAP``), so two bridges agree within a
@@ -573,13 +578,26 @@ class IpxSwitch:
             return {}
         return {b: h for b, h in heard.items() if self._trusted(b, h)}
 
-    def _skip_for(self, ingress: Port) -> frozenset[Segment]:
+    def _skip_for(self, ingress: Port) -> frozenset[Port]:
+        """The ports another bridge serves for a packet from ``ingress`` (rule 8)."""
+        if isinstance(ingress, tuple) and ingress in self.peers:
+            # A peer that has the ingress peer as a peer too gets the packet from it directly:
+            # a copy from here would reach it first at times, and it would take this bridge
+            # for the sender and leave the packet off the segments this bridge is on.
+            identity = self._peer_identity(ingress)
+            direct = frozenset(
+                a for a, info in self._peer_info.items() if a != ingress and identity in info.peers
+            )
+            return direct | self._segments_skipped(ingress)
+        return self._segments_skipped(ingress)
+
+    def _segments_skipped(self, ingress: Port) -> frozenset[Port]:
         """The segments where another bridge puts a packet from ``ingress`` (rule 8)."""
         if not self._heard:
             return frozenset()
         own = self.bridge_id
         trusted = {seg: self.trusted_bridges(seg) for seg in self.segments}
-        out: set[Segment] = set()
+        out: set[Port] = set()
         if isinstance(ingress, Segment):
             lower = {b for b in trusted.get(ingress, {}) if b < own}
             if lower:

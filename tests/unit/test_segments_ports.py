@@ -197,7 +197,7 @@ def test_the_learner_learns_only_from_frames_the_switch_accepted(bench: Bench) -
         (Decision(Outcome.DROPPED, "filtered_socket"), True),
         (Decision(Outcome.CONTROL, "beacon"), False),  # a bridge, not a station
         (Decision(Outcome.DROPPED, "beacon_unverified"), False),
-        (Decision(Outcome.DROPPED, "duplicate"), False),
+        (Decision(Outcome.DROPPED, "duplicate"), True),  # its own frame, overtaken by a copy
         (Decision(Outcome.DROPPED, "hop_limit"), False),
         (Decision(Outcome.DROPPED, "bad_checksum"), False),
         (
@@ -221,20 +221,35 @@ def test_what_a_port_may_learn_from(decision: Decision, learn: bool) -> None:
     assert segments.accepted(decision) is learn
 
 
-def test_a_loop_copy_in_another_framing_teaches_nothing(bench: Bench) -> None:
+def test_a_copy_from_another_bridge_teaches_nothing(bench: Bench) -> None:
+    """Another bridge's copy carries its own MAC, not the station's: no station is learned."""
     port, fake = bench.ethernet()
-    pkt = packet(STATION, data=b"once")
-    fake.incoming += [frame(STATION, Framing.ETHERNET_II, pkt), frame(STATION, Framing.SNAP, pkt)]
+    other_bridge = bytes.fromhex("02aabbccddee")
+    pkt = packet(STATION, data=b"relayed")
+    fake.incoming.append(frame(other_bridge, Framing.SNAP, pkt))
+    port.on_readable()
+    assert STATION not in port.framings
+    assert other_bridge not in port.framings
+
+
+def test_a_stations_own_frame_teaches_even_when_a_relayed_copy_came_first(bench: Bench) -> None:
+    """With two bridges on a LAN the neighbour's copy can overtake the station's own frame."""
+    port, fake = bench.ethernet()
+    pkt = packet(STATION, data=b"raced")
+    neighbour = bytes.fromhex("02aabbccddee")
+    fake.incoming += [frame(neighbour, Framing.LLC, pkt), frame(STATION, Framing.ETHERNET_II, pkt)]
     port.on_readable()
     assert bench.counters.port_outcomes[(*ETH_LABEL, "dropped", "duplicate")] == 1
     assert port.framings.framing_for(STATION) is Framing.ETHERNET_II
 
 
-def test_a_fixed_framing_port_learns_nothing(bench: Bench) -> None:
+def test_a_fixed_framing_port_knows_its_stations_but_sends_in_its_framing(bench: Bench) -> None:
     port, fake = bench.ethernet(framing="802.2")
     fake.incoming.append(frame(STATION, Framing.SNAP, packet(STATION)))
     port.on_readable()
-    assert len(port.framings) == 0
+    assert STATION in port.framings  # heard: a unicast to it may go (and in 802.2)
+    port.send(packet(VICTIM, STATION, data=b"to it"), STATION)
+    assert [parse_frame(f).framing for f in fake.sent] == [Framing.LLC]
 
 
 def test_the_ports_tick_forgets_silent_stations_and_evictions_are_counted(bench: Bench) -> None:

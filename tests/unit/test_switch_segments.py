@@ -306,6 +306,25 @@ def test_packets_between_two_kinds_on_one_wire_are_translated_by_the_lowest_brid
     assert WRAP in up.handle_segment(ETH0, packet(NATIVE, data=b"v"), 2.0).targets
 
 
+def test_a_peer_that_has_the_sender_as_a_peer_gets_nothing_relayed_from_it() -> None:
+    """Two bridges on one segment both peered with a hub: each gets the hub's packets directly.
+
+    Relaying them to each other as well made the lower one take its neighbour for the sender
+    at times (the relayed copy arrived first), and the neighbour is on the segment, so the
+    packet was left off it by both: silence for the hub's broadcasts.
+    """
+    neighbour: Address = ("10.45.0.2", 213)
+    sw = switch(peers=(PEER, neighbour))
+    hub = ipx.rfc1234_node(PEER[0])
+    says = ipx.build_beacon(HIGHER, ipx.rfc1234_node(neighbour[0]), (hub,), seq=1)
+    assert sw.handle(says, neighbour, 1.0).detail == "beacon"
+    d = sw.handle(packet(hub, data=b"from the hub"), PEER, 2.0)
+    assert neighbour not in d.targets
+    assert ETH0 in d.targets  # this bridge (the lower id) puts it on the segment
+    # The neighbour's own packets still reach the hub, which does not list the neighbour.
+    assert PEER in sw.handle(packet(HIGHER, data=b"from b2"), neighbour, 2.0).targets
+
+
 def test_own_beacon_is_ignored() -> None:
     """Our own id heard back (a looped segment, or a forgery) is not another bridge."""
     sw = switch()
