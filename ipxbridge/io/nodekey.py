@@ -41,39 +41,54 @@ class NodeKey:
 def load_node_key(path: Path) -> NodeKey:
     """Read the key at ``path``, or create it there, or fall back to a key in memory.
 
+    A path this process may not even look into (a directory it cannot search) counts as
+    one where the key cannot be created.
+
     Raises:
-        StartupError: the file exists but cannot be read or is shorter than 16 bytes (a
-            key that is there must be used, or clients could not rejoin; the operator
-            fixes or removes it).
+        StartupError: the file is there but cannot be read, is not a regular file or is
+            shorter than 16 bytes (a key that is there must be used, or clients could not
+            rejoin; the operator fixes or removes it).
     """
     try:
         return _read(path)
-    except (FileNotFoundError, NotADirectoryError):
-        pass  # not there: make it
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        pass  # not there, or not for us to see: make it
     try:
         return _create(path)
     except FileExistsError:
         try:
-            return _read(path)  # another bridge created it meanwhile
+            return _read(path)  # it is there (or another bridge created it meanwhile)
         except FileNotFoundError:
             raise StartupError(f"ipx.node_key_file {path}: a dangling symbolic link") from None
+        except OSError as exc:
+            raise _unreadable(path, exc) from None
     except OSError as exc:
         why = f"cannot create {path}: {exc.strerror or exc}"
         return NodeKey(os.urandom(NODE_KEY_BYTES), "memory", why)
 
 
+def _unreadable(path: Path, exc: OSError) -> StartupError:
+    return StartupError(
+        f"ipx.node_key_file {path}: cannot read: {exc.strerror or exc} (fix its "
+        "permissions, or remove it and a new key is made; clients then register again)"
+    )
+
+
 def _read(path: Path) -> NodeKey:
+    """The key in ``path``.
+
+    Raises:
+        FileNotFoundError, NotADirectoryError, PermissionError: it cannot be opened.
+        StartupError: it is not a usable key.
+    """
     try:
         with path.open("rb") as f:
             mode = os.fstat(f.fileno()).st_mode
             key = f.read(4096)
-    except (FileNotFoundError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
         raise
     except OSError as exc:
-        raise StartupError(
-            f"ipx.node_key_file {path}: cannot read: {exc.strerror or exc} (fix its "
-            "permissions, or remove it and a new key is made; clients then register again)"
-        ) from None
+        raise _unreadable(path, exc) from None
     if not stat.S_ISREG(mode):
         raise StartupError(f"ipx.node_key_file {path}: not a regular file")
     if len(key) < MIN_NODE_KEY_BYTES:
