@@ -11,6 +11,7 @@ import pytest
 
 from ipxbridge.policy import relay as relay_mod
 from ipxbridge.policy import switch as switch_mod
+from ipxbridge.policy.budget import TokenBucket
 from ipxbridge.policy.reassembly import Reassembler, ReassemblyLimits
 from ipxbridge.wire import directplay as dp
 from tests.fuzz import targets
@@ -66,6 +67,16 @@ def test_switch_property_catches_a_reflection_to_the_ingress(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(switch_mod.IpxSwitch, "_all_but", lambda self, _ingress: self._ports)
+    with pytest.raises(AssertionError):
+        targets.check_switch(TARGETS["switch"].seeds()[0])
+
+
+def test_switch_property_catches_amplification_toward_an_unproven_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A budget that never says no: the silent client gets a broadcast larger than its
+    # registration, more than it ever sent.
+    monkeypatch.setattr(TokenBucket, "take", lambda *_args: True)
     with pytest.raises(AssertionError):
         targets.check_switch(TARGETS["switch"].seeds()[0])
 
