@@ -69,10 +69,12 @@ ipx:
   # rejoins cannot make the bridge amplify toward a victim. What a LAN party gives up: a
   # client that registers and then stays silent (a DirectPlay host behind IPXWrapper,
   # waiting to be enumerated) receives nothing and is not pinged, so its game is listed
-  # only once it sends a packet, which verifies it. To find silent hosts again, on a bridge
-  # only your players can reach (clients_allow), give unverified clients a base budget:
-  # packets_per_second 4, packet_burst 8, bytes_per_second 2048, byte_burst 4096 and
-  # credit_ratio 16 (a few DirectPlay enumerations a second, one full-size packet).
+  # only once it sends a packet, which verifies it; a DOSBox player idle at the prompt
+  # answers others' "ipxnet ping" only once it has sent something. To find silent hosts
+  # again, on a bridge only your players can reach (clients_allow), give unverified
+  # clients a base budget: packets_per_second 4, packet_burst 8, bytes_per_second 2048,
+  # byte_burst 4096 and credit_ratio 16 (a few DirectPlay enumerations a second, one
+  # full-size packet).
   unverified_packets_per_second: 0
   unverified_packet_burst: 0
   unverified_bytes_per_second: 0
