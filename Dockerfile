@@ -7,7 +7,8 @@
 #     --cap-drop ALL --cap-add NET_BIND_SERVICE --cap-add NET_RAW \
 #     --cap-add SETUID --cap-add SETGID \
 #     --security-opt no-new-privileges:true --read-only --tmpfs /tmp \
-#     -v /etc/ipxbridge/config.yaml:/etc/ipxbridge/config.yaml:ro ipxbridge
+#     -v /etc/ipxbridge/config.yaml:/etc/ipxbridge/config.yaml:ro \
+#     -v ipxbridge-state:/var/lib/ipxbridge ipxbridge
 #
 # (deploy/docker-compose.yml does the same; deploy/docker/entrypoint.sh says why each
 # capability is needed. Add --cap-add NET_ADMIN for the nftables kernel fast path.)
@@ -63,7 +64,8 @@ RUN if [ "$WITH_NFTABLES" = 1 ]; then \
     fi \
     && groupadd --system --gid 10001 ipxbridge \
     && useradd --system --uid 10001 --gid 10001 --no-create-home \
-        --home-dir /nonexistent --shell /usr/sbin/nologin ipxbridge
+        --home-dir /nonexistent --shell /usr/sbin/nologin ipxbridge \
+    && install -d -m 0700 -o 10001 -g 10001 /var/lib/ipxbridge
 COPY --from=build /opt/ipxbridge /opt/ipxbridge
 COPY --from=build /rootfs/etc/ipxbridge/config.yaml /etc/ipxbridge/config.yaml
 COPY --chmod=0755 deploy/docker/entrypoint.sh /usr/local/bin/ipxbridge-entrypoint
@@ -72,6 +74,11 @@ COPY --chmod=0644 deploy/docker/healthcheck.py /usr/local/lib/ipxbridge/healthch
 # 213/udp: IPX tunnel; 9213/tcp: HTTP API, metrics and health (127.0.0.1 by default);
 # 47624/udp and 6073/udp: the DirectPlay 4/8 discovery broadcasts the relay fans out.
 EXPOSE 213/udp 9213/tcp 47624/udp 6073/udp
+# The node key (ipx.node_key_file): the bridge creates it on first start and needs it again
+# after a restart or an upgrade, so clients keep their nodes. A volume is writable under
+# --read-only; name it (docker run -v ipxbridge-state:/var/lib/ipxbridge) so it outlives the
+# container. A new named volume starts as this directory: owned by 10001, mode 0700.
+VOLUME ["/var/lib/ipxbridge"]
 # There is no USER line: the entrypoint must start as root so it can check capabilities,
 # then it switches to 10001 (ipxbridge) with setpriv. Started with --user, it just execs.
 HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \

@@ -49,25 +49,45 @@ ipx:
   idle_timeout: 600        # seconds without any packet before a client is forgotten
   keepalive_interval: 5    # seconds of silence before the bridge pings a client
   answer_pings: true       # answer "ipxnet ping" so a lone client sees the server
-  # What a client that registered but has not sent anything yet may be sent (registration
-  # is one spoofable datagram): enough for DirectPlay enumerations to a silent host.
-  unverified_packets_per_second: 4
-  unverified_packet_burst: 8
-  unverified_bytes_per_second: 2048
-  unverified_byte_burst: 4096   # at least one full DOSBox packet (1424 bytes)
-  # A client is verified when it answers a probe carrying a nonce (DOSBox does). One that
-  # never does (IPXWrapper) may be sent this many times what it sends itself, plus the above.
-  # For a bridge the internet can reach whose players all run DOSBox: set the four
-  # unverified_* numbers above to 0 and this to 1, and the bridge never sends an unproven
-  # address more than it received from it (silent IPXWrapper hosts are then found only
-  # once they speak).
-  unverified_credit_ratio: 16
+  # The IPX node each client gets. keyed: 02 + a keyed hash of its IPv4 address and port
+  # (HMAC-SHA256 with the key in node_key_file). Nobody else can predict it, so a packet
+  # carrying it proves the client received our registration reply (verified at once), and
+  # after a restart the bridge recomputes the same node: clients carry on without
+  # reconnecting. "ipxnet ping" prints such a node as an address ("Response from
+  # 2.171.18.9, port 52736"), as with ipxbox's random nodes. address: the DOSBox
+  # convention, IPv4 + UDP port (ping prints real addresses); anyone can predict it, so a
+  # client is verified only by answering a ping, and a rejoin stays unverified.
+  node_assignment: keyed
+  # Read if present (at least 16 bytes), else created: 32 random bytes, mode 0600. Keep it
+  # across restarts (systemd: StateDirectory; Docker: a volume). If it cannot be created,
+  # a key in memory is used and clients must reconnect after each restart.
+  node_key_file: /var/lib/ipxbridge/node.key
+  # What an unverified client (one that has not proved it receives at its address:
+  # registration is one spoofable datagram) may be sent: the base budget below plus
+  # unverified_credit_ratio times what it sent itself, its registration reply included.
+  # These defaults never send an address more than it sent: spoofed registrations and
+  # rejoins cannot make the bridge amplify toward a victim. What a LAN party gives up: a
+  # client that registers and then stays silent (a DirectPlay host behind IPXWrapper,
+  # waiting to be enumerated) receives nothing and is not pinged, so its game is listed
+  # only once it sends a packet, which verifies it; a DOSBox player idle at the prompt
+  # answers others' "ipxnet ping" only once it has sent something. To find silent hosts
+  # again, on a bridge only your players can reach (clients_allow), give unverified
+  # clients a base budget: packets_per_second 4, packet_burst 8, bytes_per_second 2048,
+  # byte_burst 4096 and credit_ratio 16 (a few DirectPlay enumerations a second, one
+  # full-size packet).
+  unverified_packets_per_second: 0
+  unverified_packet_burst: 0
+  unverified_bytes_per_second: 0
+  unverified_byte_burst: 0
+  unverified_credit_ratio: 1
   # Registered but unverified clients are kept apart from max_clients, so spoofed
-  # registrations cannot lock real players out.
+  # registrations cannot lock real players out. When one IPv4 address (a NAT) is at
+  # max_unverified_per_ip, its oldest unverified client makes room for the newcomer.
   max_unverified: 256
   max_unverified_per_ip: 16
   # Re-admit a client whose packets carry exactly the node this bridge assigns to its
-  # address (it registered before a bridge restart or an expiry): games carry on.
+  # address (it registered before a bridge restart or an expiry): games carry on. With
+  # keyed nodes such a packet also verifies it.
   rejoin: true
   # Networks whose clients may register, e.g. ["192.168.0.0/16", "10.8.0.0/24"]; empty =
   # anyone. The DOSBox protocol has no authentication: set this on a bridge the internet
@@ -245,6 +265,14 @@ def check_interface_pattern(value: str) -> str:
 InterfacePattern = Annotated[str, AfterValidator(check_interface_pattern)]
 
 
+def _check_path(value: str) -> str:
+    if not value.strip():
+        raise ValueError("empty path")
+    if "\0" in value:
+        raise ValueError("a path cannot contain a NUL byte")
+    return value
+
+
 PortKindName = Literal["ethernet", "ipxwrapper", "rfc1234"]
 FramingName = Literal["auto", "ethernet_ii", "802.3", "802.2", "snap"]
 Ipv4Text = Annotated[str, AfterValidator(lambda v: str(ipaddress.IPv4Address(v)))]
@@ -282,12 +310,15 @@ class IpxSection(_Model):
     idle_timeout: Annotated[float, Field(gt=0, le=86_400, strict=True)] = 600.0
     keepalive_interval: Annotated[float, Field(gt=0, le=3_600, strict=True)] = 5.0
     answer_pings: bool = True
-    # 0 everywhere (and a credit ratio of 1) = nothing beyond what the address itself sent.
-    unverified_packets_per_second: Annotated[float, Field(ge=0, le=100_000, strict=True)] = 4.0
-    unverified_packet_burst: Annotated[int, Field(ge=0, le=100_000, strict=True)] = 8
-    unverified_bytes_per_second: Annotated[float, Field(ge=0, le=100_000_000, strict=True)] = 2048.0
-    unverified_byte_burst: Annotated[int, Field(ge=0, le=100_000_000, strict=True)] = 4096
-    unverified_credit_ratio: Annotated[float, Field(ge=0, le=1_000, strict=True)] = 16.0
+    # keyed: unpredictable nodes that prove receipt (wire.ipx.keyed_node); address: IPv4+port.
+    node_assignment: Literal["keyed", "address"] = "keyed"
+    node_key_file: Annotated[str, AfterValidator(_check_path)] = "/var/lib/ipxbridge/node.key"
+    # 0 everywhere and a credit ratio of 1: nothing beyond what the address itself sent.
+    unverified_packets_per_second: Annotated[float, Field(ge=0, le=100_000, strict=True)] = 0.0
+    unverified_packet_burst: Annotated[int, Field(ge=0, le=100_000, strict=True)] = 0
+    unverified_bytes_per_second: Annotated[float, Field(ge=0, le=100_000_000, strict=True)] = 0.0
+    unverified_byte_burst: Annotated[int, Field(ge=0, le=100_000_000, strict=True)] = 0
+    unverified_credit_ratio: Annotated[float, Field(ge=0, le=1_000, strict=True)] = 1.0
     max_unverified: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 256
     max_unverified_per_ip: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 16
     rejoin: bool = True

@@ -8,6 +8,7 @@
 #     --cap-add SETUID --cap-add SETGID \
 #     --security-opt no-new-privileges:true --read-only --tmpfs /tmp \
 #     -v /etc/ipxbridge/config.yaml:/etc/ipxbridge/config.yaml:ro \
+#     -v ipxbridge-state:/var/lib/ipxbridge \
 #     ipxbridge
 #
 # Add --cap-add NET_ADMIN for the nftables kernel fast path (relay.fast_path).

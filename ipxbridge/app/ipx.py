@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,6 +23,7 @@ from ipxbridge.app.wgpeers import WireGuardPeers
 from ipxbridge.config import Config, parse_host_port, resolve_ipv4
 from ipxbridge.errors import StartupError
 from ipxbridge.io.netlink import TopologyWatcher
+from ipxbridge.io.nodekey import load_node_key
 from ipxbridge.io.segments import EthernetPort, IpxWrapperSocket, Rfc1234Port, SegmentPort
 from ipxbridge.io.udp import IpxEndpoint, make_server_node_lookup, open_udp_socket
 from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS
@@ -36,7 +38,15 @@ from ipxbridge.policy.ipx_ports import (
     plan_ports,
 )
 from ipxbridge.policy.relay import wireguard_reads
-from ipxbridge.policy.switch import Address, IpxSwitch, PortKind, Segment, SwitchSettings
+from ipxbridge.policy.switch import (
+    Address,
+    IpxSwitch,
+    PortKind,
+    Segment,
+    SwitchSettings,
+    address_node,
+    keyed_nodes,
+)
 from ipxbridge.policy.topology import Topology
 from ipxbridge.wire.ipxwrapper import IPXWRAPPER_UDP_PORT
 
@@ -88,6 +98,7 @@ def switch_settings(config: Config) -> SwitchSettings:
         dedup_window=ipx.dedup_window,
         filtered_sockets=frozenset(ipx.filtered_sockets) if ipx.filter_sockets else frozenset(),
         answer_pings=ipx.answer_pings,
+        node_assignment=ipx.node_assignment,
         unverified_packets_per_second=ipx.unverified_packets_per_second,
         unverified_packet_burst=ipx.unverified_packet_burst,
         unverified_bytes_per_second=ipx.unverified_bytes_per_second,
@@ -98,6 +109,34 @@ def switch_settings(config: Config) -> SwitchSettings:
         rejoin=ipx.rejoin,
         clients_allow=ipx.clients_allow,
     )
+
+
+def client_nodes(config: Config) -> Callable[[Address], bytes]:
+    """The nodes DOSBox-protocol clients get (``ipx.node_assignment``, switch rule 2).
+
+    Keyed nodes need the key in ``ipx.node_key_file``, read or created here. If it cannot
+    be created the bridge still runs, on a key in memory, and says once what that costs.
+
+    Raises:
+        StartupError: the key file is there but unreadable or too short.
+    """
+    ipx = config.ipx
+    if ipx.node_assignment == "address":
+        return address_node
+    path = Path(ipx.node_key_file)
+    loaded = load_node_key(path)
+    if loaded.source == "memory":
+        logger.warning(
+            "IPX node key: %s; using a key in memory, so after a restart clients cannot "
+            "rejoin and must reconnect (ipxnet connect). Make %s writable to keep it",
+            loaded.why,
+            path.parent,
+        )
+    elif loaded.why:
+        logger.warning("%s", loaded.why)
+    elif loaded.source == "created":
+        logger.info("IPX node key created in %s (keep it: clients rejoin with it)", path)
+    return keyed_nodes(loaded.key)
 
 
 class IpxService:
@@ -148,6 +187,11 @@ class IpxService:
         listen = parse_host_port(ipx.listen)
         key = read_bridge_key(ipx.bridge_key_file)
         sock = open_udp_socket(listen.host, listen.port)
+        try:
+            node_for = client_nodes(self.config)
+        except StartupError:
+            sock.close()
+            raise
         switch = IpxSwitch(
             switch_settings(self.config),
             tuple(peers),
@@ -157,6 +201,7 @@ class IpxService:
             beacon_key=key,
             beacon_clock=_wall_ms,
             evictions=self.counters.table_evictions,
+            node_for=node_for,
         )
         self.endpoint = IpxEndpoint(
             self._loop, sock, switch, self.counters, self.inspector, latency=self.latency

@@ -7,6 +7,8 @@ from ipxbridge.config import Config
 # Settings that need new sockets or tasks: a reload reports them and keeps the running values.
 RESTART_ONLY: Final = (
     ("ipx", "listen"),
+    ("ipx", "node_assignment"),  # nodes already assigned must stay what clients hold
+    ("ipx", "node_key_file"),
     ("http", "listen"),
     ("relay", "ports"),
     ("relay", "source_mode"),

@@ -406,18 +406,21 @@ class IpxEndpoint:
             elif event.kind == "reregistered":
                 logger.debug("client %s:%d registered again (node %s)", ip, port, node)
             elif event.kind == "rejoined":
+                keyed = self.switch.settings.node_assignment == "keyed"
                 logger.info(
-                    "client %s:%d rejoined as node %s (registered before; unverified until it "
-                    "answers a probe)",
+                    "client %s:%d rejoined as node %s (registered before a restart or an "
+                    "expiry; %s)",
                     ip,
                     port,
                     node,
+                    "its keyed node proves it" if keyed else "unverified until it answers a probe",
                 )
             elif event.kind == "verified":
-                logger.debug("client %s:%d answered its probe: verified", ip, port)
+                logger.debug("client %s:%d proved it receives at its address: verified", ip, port)
             elif event.kind == "evicted":
                 logger.info(
-                    "client %s:%d never answered a probe; removed to make room for a newcomer",
+                    "client %s:%d never proved it receives at its address; removed to make "
+                    "room for a newcomer",
                     ip,
                     port,
                 )

@@ -1,9 +1,9 @@
 """A send budget in packets and bytes per second (token buckets), with the clock passed in.
 
 Pure: ``now`` is a parameter, nothing here reads a clock. The switch gives one to each client
-that registered but has not yet sent anything (policy/switch.py rule 2): what the bridge sends
-toward an address that never proved it is there stays bounded per second, while a silent
-DirectPlay host behind IPXWrapper still receives the enumerations it must answer.
+that registered but has not yet proved it receives at its address (policy/switch.py rule 2):
+what the bridge sends toward such an address is what it earned by its own traffic plus the
+base rate configured (none by default).
 """
 
 from dataclasses import dataclass
@@ -48,6 +48,24 @@ class TokenBucket:
 
     def take(self, size: int, now: float) -> bool:
         """Spend one packet of ``size`` bytes if both buckets allow it; True when spent."""
+        self._refill(now)
+        if self.packets < 1 or self.bytes_left < size:
+            return False
+        self.packets -= 1
+        self.bytes_left -= size
+        return True
+
+    def spend(self, size: int, now: float) -> None:
+        """Spend one packet of ``size`` bytes that is sent whatever the buckets hold.
+
+        What is not there is not borrowed: the buckets stop at empty. The switch sends a
+        registration reply so, paid from what the registration itself earned.
+        """
+        self._refill(now)
+        self.packets = max(0.0, self.packets - 1)
+        self.bytes_left = max(0.0, self.bytes_left - size)
+
+    def _refill(self, now: float) -> None:
         elapsed = now - self.updated
         if elapsed > 0:
             # The refill stops at the burst; tokens above it (credit) are kept, not clipped.
@@ -56,11 +74,6 @@ class TokenBucket:
             if self.bytes_left < self.byte_burst:
                 self.bytes_left = min(self.byte_burst, self.bytes_left + elapsed * self.byte_rate)
             self.updated = now
-        if self.packets < 1 or self.bytes_left < size:
-            return False
-        self.packets -= 1
-        self.bytes_left -= size
-        return True
 
     def credit(self, packets: float, size: float, packet_cap: float, byte_cap: float) -> None:
         """Add tokens earned by traffic from the client, up to the caps (not the burst).

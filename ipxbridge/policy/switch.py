@@ -7,8 +7,9 @@ into a ``Decision``; ``IpxSwitch.tick`` produces keepalives and expiries.
 Ports are UDP addresses of two kinds:
 
 * **DOSBox-protocol clients** (DOSBox, DOSBox-X, dosemu2, IPXWrapper, real DOS via
-  vanilla-utilities) register first (protocols.md 4.2). Their node is the DOSBox convention,
-  IPv4 address + UDP port, so ``ipxnet ping`` prints real addresses.
+  vanilla-utilities) register first (protocols.md 4.2). The node each one gets is
+  ``node_for(address)``: by default a keyed node (``wire.ipx.keyed_node``, rule 2), or the
+  DOSBox convention, IPv4 address + UDP port (``node_assignment: address``).
 * **RFC 1234 peers** are configured statically (other ipxbridges, other RFC 1234 routers).
   They need no registration. Nodes seen behind a peer are learned with an expiry.
 
@@ -30,18 +31,30 @@ Rules, in the order they are applied:
    whether or not it answers keepalives: IPXWrapper never answers socket-2 pings, and a
    DirectPlay host behind it is silent until someone enumerates (protocols.md 6).
    Registration is one spoofable datagram, and so is any data packet, so a client is
-   ``verified`` only by proving it receives what is sent to its address: it echoes the
-   nonce the bridge puts in the source node of its probe (DOSBox answers a ping to the
-   pinger's node, protocols.md 4.5; reliability.md R7). Until then it is sent at most a small
-   budget, plus a bounded multiple of what it sends itself (IPXWrapper plays this way);
-   copies held back are counted (``Decision.held``). Unverified clients live in their own
-   bounded table (``max_unverified``, ``max_unverified_per_ip``), so spoofed registrations
-   never take a verified player's place; when it is full, the oldest one that left a probe
-   unanswered for a second makes room (a real DOSBox client answers within a round trip).
-   Probes to an unverified client are paid from its budget too. A registration from UDP
-   port 0 is refused. Exception: a packet whose source node is exactly the node this bridge
-   assigns to that address comes from a client registered before (the bridge restarted, or
-   the client was expired while quiet): it rejoins, unverified until it answers a probe.
+   ``verified`` only by proving it receives what is sent to its address. Its node is the
+   proof: by default it is keyed (``02`` + HMAC-SHA256 of "ip:port" with a secret key kept
+   across restarts), so nobody can predict it, and a packet carrying it can only come from
+   whoever read our registration reply: the client is verified at once, whatever program it
+   runs (IPXWrapper included). ``ipxnet ping`` then prints that node as an address, as with
+   ipxbox's random nodes (protocols.md 4.5). Probes prove receipt too: a client that echoes
+   the nonce the bridge puts in the source node of its probe is verified (DOSBox answers a
+   ping to the pinger's node, protocols.md 4.5; reliability.md R7). With
+   ``node_assignment: address`` (IPv4 + port, predictable) only the probe counts.
+   Until it is verified a client is sent at most a base budget (0 by default) plus
+   ``unverified_credit_ratio`` times what it sends itself (1 by default: never more bytes
+   than it sent, so a spoofed source cannot be amplified); the registration reply is paid
+   from its registration, and probes only from that budget. Copies held back are counted
+   (``Decision.held``). Unverified clients live in their own bounded table
+   (``max_unverified``), so spoofed registrations never take a verified player's place;
+   when it is full, the oldest one that had a second to prove itself (its probe unanswered,
+   or none paid for) makes room. Per IPv4 address at most ``max_unverified_per_ip`` are kept:
+   a newcomer from an address at the limit replaces that address's oldest unverified client
+   (``evicted``), so many players behind one NAT are never locked out. A registration from
+   UDP port 0 is refused. Rejoin: a packet from an unknown address whose source node is
+   exactly ``node_for`` that address comes from a client registered before (the bridge
+   restarted, or the client was expired or evicted while quiet): the bridge recomputes the
+   node, so the client rejoins without registering again, verified when nodes are keyed
+   (only a receiver of our reply knows it), unverified with ``address`` nodes.
    With ``clients_allow`` set, an address outside those networks may neither register nor
    rejoin (``not_allowed``): the DOSBox protocol has no authentication, so on a bridge
    reachable from the internet this is what keeps strangers and spoofed registrations out.
@@ -126,7 +139,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from ipaddress import IPv4Address, IPv4Network
-from typing import Final
+from typing import Final, Literal
 
 from ipxbridge.policy.budget import TokenBucket
 from ipxbridge.policy.dedup import DuplicateFilter
@@ -150,6 +163,7 @@ from ipxbridge.wire.ipx import (
     build_registration_reply,
     dosbox_node,
     is_beacon,
+    keyed_node,
     parse_beacon,
     parse_header,
     rfc1234_node,
@@ -263,7 +277,7 @@ class Client:
     server_node: bytes  # the bridge's node as this client sees it (pings come from here)
     registered_at: float
     last_seen: float
-    verified: bool = False  # has sent anything since registering (a 2-way exchange happened)
+    verified: bool = False  # proved it receives at its address (rule 2)
     probes: int = 0  # keepalives sent since it was last heard from
     last_keepalive: float = 0.0
     budget: TokenBucket | None = None  # what it may be sent until verified (rule 2)
@@ -318,17 +332,20 @@ class SwitchSettings:
     idle_timeout: float = 600.0  # a client silent this long is forgotten (ipxbox: 10 min)
     keepalive_interval: float = 5.0  # ping clients that were silent this long
     unverified_probes: int = 3  # keepalives an unverified client gets (then it is left quiet)
-    # What a registered but never-heard-from client may be sent (rule 2): enough for a few
-    # DirectPlay enumerations per second (a DP4 EnumSessions over IPX is 62 bytes) and one
-    # full-size DOSBox packet (1424 bytes), little enough that a spoofed registration cannot
-    # aim the bridge's traffic at a victim.
-    unverified_packets_per_second: float = 4.0
-    unverified_packet_burst: int = 8
-    unverified_bytes_per_second: float = 2048.0
-    unverified_byte_burst: int = 4096
-    # Each packet an unverified client sends lets it receive this many times as much (an
-    # N-player game sends each player N-1 copies of what it sends), up to the caps.
-    unverified_credit_ratio: float = 16.0
+    # Keyed nodes prove receipt (rule 2); ``address`` nodes (IPv4 + port) prove nothing.
+    node_assignment: Literal["keyed", "address"] = "keyed"
+    # What a registered but unproven client may be sent (rule 2) beyond what it earns: nothing
+    # by default. A base budget (4/s, burst 8, 2048 B/s, burst 4096 fits a few DirectPlay
+    # enumerations a second, 62 bytes each over IPX, and one full-size DOSBox packet) lets a
+    # silent DirectPlay host behind IPXWrapper be found, at the price of that much traffic
+    # toward any address a spoofer names.
+    unverified_packets_per_second: float = 0.0
+    unverified_packet_burst: int = 0
+    unverified_bytes_per_second: float = 0.0
+    unverified_byte_burst: int = 0
+    # Each packet an unverified client sends lets it receive this many times as much, up to
+    # the caps; 1 = never more bytes toward an unproven address than came from it.
+    unverified_credit_ratio: float = 1.0
     unverified_credit_packets: int = 256
     unverified_credit_bytes: int = 65_536
     # The unverified table, apart from max_clients (verified players): spoofed registrations
@@ -357,6 +374,8 @@ class SwitchSettings:
 # Not sooner: DOSBox takes the first datagram it receives as its registration reply (4.2), and
 # the reply must not be overtaken.
 FIRST_PROBE_DELAY: Final = 1.0
+# A real client answers a probe within a round trip; one silent this long after it did not.
+PROOF_WAIT: Final = 1.0
 
 
 def broadcast_from(src_node: bytes, dst_socket: int, src_socket: int, payload: bytes) -> bytes:
@@ -368,6 +387,20 @@ def broadcast_from(src_node: bytes, dst_socket: int, src_socket: int, payload: b
         src_socket=src_socket,
         payload=payload,
     )
+
+
+def address_node(addr: Address) -> bytes:
+    """The DOSBox convention (``node_assignment: address``): IPv4 address + UDP port."""
+    return dosbox_node(addr[0], addr[1])
+
+
+def keyed_nodes(key: bytes) -> Callable[[Address], bytes]:
+    """``node_for`` with keyed nodes (``node_assignment: keyed``, rule 2)."""
+
+    def node_for(addr: Address) -> bytes:
+        return keyed_node(key, addr[0], addr[1])
+
+    return node_for
 
 
 def _drop(reason: str) -> Decision:
@@ -389,6 +422,7 @@ class IpxSwitch:
         beacon_key: bytes | None = None,
         beacon_clock: Callable[[], int] | None = None,
         evictions: Counter[tuple[str, str]] | None = None,
+        node_for: Callable[[Address], bytes] | None = None,
     ) -> None:
         """Create a switch.
 
@@ -407,9 +441,22 @@ class IpxSwitch:
             beacon_clock: the sequence number of the next beacon: the I/O layer passes the
                 wall clock in ms, which keeps increasing across restarts (rule 8).
             evictions: where bounded tables count what they push out, by (table, reason).
+            node_for: the node assigned to a client's address (rule 2): with
+                ``node_assignment: keyed``, ``wire.ipx.keyed_node`` with the key kept across
+                restarts (the I/O layer reads it); with ``address``, ``wire.ipx.dosbox_node``.
+                Defaults to that of ``settings``, keyed with a key from ``random_bytes``.
         """
         self.settings = settings
         self._server_node_for = server_node_for or (lambda _addr: ZERO_NODE)
+        counter = itertools.count(1)
+        self._random_bytes = random_bytes or (lambda n: next(counter).to_bytes(n, "big"))
+        if node_for is None:
+            node_for = (
+                keyed_nodes(self._random_bytes(32))
+                if settings.node_assignment == "keyed"
+                else address_node
+            )
+        self.node_for = node_for
         self.clients: dict[Address, Client] = {}
         self.peers: dict[Address, Peer] = {}
         self._client_by_node: dict[bytes, Client] = {}
@@ -425,9 +472,8 @@ class IpxSwitch:
         self._peer_targets: dict[Port, tuple[Port, ...]] = {}
         # Registered, not yet proven (rule 2); insertion order = age, for eviction.
         self._unverified: dict[Address, None] = {}
-        self._unverified_by_ip: Counter[str] = Counter()
-        counter = itertools.count(1)
-        self._random_bytes = random_bytes or (lambda n: next(counter).to_bytes(n, "big"))
+        # Per IPv4 address, its unverified clients, oldest first (``max_unverified_per_ip``).
+        self._unverified_by_ip: dict[str, dict[Address, None]] = {}
         self._dedup: DuplicateFilter[object] = DuplicateFilter(
             settings.dedup_window, settings.dedup_max_entries
         )
@@ -639,68 +685,101 @@ class IpxSwitch:
             self._peer_targets[ingress] = targets
         return targets
 
-    def _register(self, addr: Address, now: float) -> Decision:
+    def _register(self, addr: Address, size: int, now: float) -> Decision:
         client = self.clients.get(addr)
         if client is not None:
             # Idempotent: same node, the reply is simply sent again (the first may be lost).
             client.last_seen = now
             self._events.append(SwitchEvent("reregistered", addr, client.node))
         else:
-            admitted = self._admit(addr, dosbox_node(addr[0], addr[1]), now, "registered")
+            admitted = self._admit(addr, self.node_for(addr), now, "registered")
             if isinstance(admitted, str):
                 return _drop(admitted)
             client = admitted
         reply = build_registration_reply(client.node, client.server_node)
+        if client.budget is not None:
+            # The reply is paid from what the registration earns (rule 2). It goes even when
+            # that is less: it is no larger than the registration, and without it no client
+            # could join.
+            self._earn(client.budget, size)
+            client.budget.spend(len(reply), now)
         return Decision(Outcome.CONTROL, "registration", replies=((reply, addr),))
 
-    def _admit(self, addr: Address, node: bytes, now: float, kind: str) -> Client | str:
-        """A new unverified client, or the drop reason why not (rule 2)."""
+    def _earn(self, budget: TokenBucket, size: int) -> None:
+        """An unverified client sent ``size`` bytes: it may receive a multiple (rule 2)."""
+        cfg = self.settings
+        ratio = cfg.unverified_credit_ratio
+        budget.credit(
+            ratio, ratio * size, cfg.unverified_credit_packets, cfg.unverified_credit_bytes
+        )
+
+    def _admit(
+        self, addr: Address, node: bytes, now: float, kind: str, *, verified: bool = False
+    ) -> Client | str:
+        """A new client (unverified unless ``verified``), or the drop reason why not (rule 2)."""
         cfg = self.settings
         if len(self.clients) - len(self._unverified) >= cfg.max_clients:
             return "clients_full"
-        if self._unverified_by_ip[addr[0]] >= cfg.max_unverified_per_ip:
-            return "unverified_full"
-        if len(self._unverified) >= cfg.max_unverified:
-            # Make room with the oldest client that left a probe unanswered (spoofed, or a
-            # quiet IPXWrapper); newer ones may still be waiting for their first probe.
-            stale = next(
-                (
-                    a
-                    for a in self._unverified
-                    if self.clients[a].probes and now - self.clients[a].last_keepalive >= 1.0
-                ),
-                None,
+        budget = None
+        if not verified:
+            room = self._room_for_unverified(addr[0], now)
+            if room:
+                return room
+            budget = TokenBucket.full(
+                cfg.unverified_packets_per_second,
+                cfg.unverified_packet_burst,
+                cfg.unverified_bytes_per_second,
+                cfg.unverified_byte_burst,
+                now,
             )
-            if stale is None:
-                return "unverified_full"
-            self.remove_client(stale, "evicted")
-        budget = TokenBucket.full(
-            cfg.unverified_packets_per_second,
-            cfg.unverified_packet_burst,
-            cfg.unverified_bytes_per_second,
-            cfg.unverified_byte_burst,
-            now,
-        )
         client = Client(
             addr,
             node,
             self._server_node_for(addr),
             now,
             now,
+            verified=verified,
             last_keepalive=now,
             budget=budget,
-            nonce=self._random_bytes(6),
+            nonce=ZERO_NODE if verified else self._random_bytes(6),
         )
         self.clients[addr] = client
-        self._unverified[addr] = None
-        self._unverified_by_ip[addr[0]] += 1
+        if not verified:
+            self._unverified[addr] = None
+            self._unverified_by_ip.setdefault(addr[0], {})[addr] = None
         self._client_by_node[node] = client
         self._rebuild_ports()
         self._events.append(SwitchEvent(kind, addr, node))
         return client
 
+    def _room_for_unverified(self, ip: str, now: float) -> str:
+        """Make room for one more unverified client from ``ip``; the drop reason if none."""
+        cfg = self.settings
+        same_ip = self._unverified_by_ip.get(ip)
+        if same_ip is not None and len(same_ip) >= cfg.max_unverified_per_ip:
+            # Players behind one NAT share its address: the newest gets in, its oldest
+            # unverified neighbour (a spoofed registration, or a silent client that can
+            # rejoin) goes.
+            self.remove_client(next(iter(same_ip)), "evicted")
+            return ""
+        if len(self._unverified) < cfg.max_unverified:
+            return ""
+        # Make room with the oldest client that had time to prove itself and did not: a
+        # second to answer its probe, or, if none was paid for, a second past when it was
+        # due. Newer ones may still be waiting for it, or about to send their first packet.
+        stale = next((a for a in self._unverified if self._had_its_chance(a, now)), None)
+        if stale is None:
+            return "unverified_full"
+        self.remove_client(stale, "evicted")
+        return ""
+
+    def _had_its_chance(self, addr: Address, now: float) -> bool:
+        client = self.clients[addr]
+        wait = PROOF_WAIT if client.probes else FIRST_PROBE_DELAY + PROOF_WAIT
+        return now - client.last_keepalive >= wait
+
     def _verify(self, client: Client) -> None:
-        """The client echoed its probe's nonce: it really receives at its address."""
+        """The client proved it receives at its address (its node, or its probe's nonce)."""
         client.verified = True
         client.budget = None
         client.probes = 0
@@ -710,8 +789,9 @@ class IpxSwitch:
     def _forget_unverified(self, addr: Address) -> None:
         if self._unverified.pop(addr, 0) is None:  # it was there (values are None)
             ip = addr[0]
-            self._unverified_by_ip[ip] -= 1
-            if not self._unverified_by_ip[ip]:
+            same_ip = self._unverified_by_ip[ip]
+            del same_ip[addr]
+            if not same_ip:
                 del self._unverified_by_ip[ip]
 
     def remove_client(self, addr: Address, kind: str) -> None:
@@ -769,8 +849,8 @@ class IpxSwitch:
         if refused is not None:
             return _drop(refused)
         if header.is_registration:
-            return self._register(src, now)
-        if self.settings.rejoin and header.src_node == dosbox_node(src[0], src[1]):
+            return self._register(src, len(data), now)
+        if self.settings.rejoin and header.src_node == self.node_for(src):
             return self._rejoin(src, header, data, now)
         if src[0] in self.own_ips:
             # Our own broadcast to an RFC 1234 segment, looped back to our socket.
@@ -925,22 +1005,27 @@ class IpxSwitch:
         self._learned.learn(node, port, now)
 
     def _rejoin(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
-        """Re-admit a client that was registered before (bridge restart, expiry).
+        """Re-admit a client that was registered before (bridge restart, expiry, eviction).
 
         Its source node is exactly the node this bridge assigns to that UDP address, so it
         already holds a registration reply from us or an earlier run of us: no reply is
-        needed, and the game carries on without reconnecting (reliability.md R18). That node
-        is predictable, so the packet may be spoofed: the client rejoins unverified (rule 2).
+        needed, and the game carries on without reconnecting (reliability.md R18). A keyed
+        node is known only to whoever received that reply, so the client is verified at
+        once; an ``address`` node is predictable, so the packet may be spoofed and the
+        client rejoins unverified (rule 2).
         """
-        admitted = self._admit(src, header.src_node, now, "rejoined")
+        keyed = self.settings.node_assignment == "keyed"
+        admitted = self._admit(src, header.src_node, now, "rejoined", verified=keyed)
         if isinstance(admitted, str):
             return _drop(admitted)
+        if keyed:
+            self._events.append(SwitchEvent("verified", src, admitted.node))
         return self._from_client(admitted, header, data, now)
 
     def _from_client(self, client: Client, header: IpxHeader, data: bytes, now: float) -> Decision:
         client.last_seen = now
         if header.is_registration:
-            return self._register(client.addr, now)
+            return self._register(client.addr, len(data), now)
         budget = client.budget
         if budget is None:
             client.probes = 0
@@ -948,13 +1033,12 @@ class IpxSwitch:
             # The answer to a probe only a real receiver at this address has seen (rule 2).
             self._verify(client)
             return Decision(Outcome.CONTROL, "ping_reply")
+        elif header.src_node == client.node and self.settings.node_assignment == "keyed":
+            # Its keyed node, which only our registration reply told it (rule 2).
+            self._verify(client)
         else:
             # Unproven: what it sends earns it a bounded multiple to receive (rule 2).
-            cfg = self.settings
-            ratio = cfg.unverified_credit_ratio
-            budget.credit(
-                ratio, ratio * len(data), cfg.unverified_credit_packets, cfg.unverified_credit_bytes
-            )
+            self._earn(budget, len(data))
         if header.is_shutdown:
             self.remove_client(client.addr, "shutdown")
             return Decision(Outcome.CONTROL, "shutdown")
@@ -1136,8 +1220,8 @@ class IpxSwitch:
                 if now - client.last_keepalive < wait:
                     continue
                 # A probe is traffic toward an unproven address too, so it spends a token of
-                # the budget; with no base budget (the strict settings) it must be earned by
-                # the client's own traffic. Otherwise it goes anyway (at most
+                # the budget; with no base budget (the default) it must be earned by the
+                # client's own traffic. With one it goes anyway (at most
                 # ``unverified_probes``): a receiver kept busy by broadcasts must still be
                 # able to prove itself.
                 budget = client.budget

@@ -14,7 +14,8 @@ Contract:
 
 Node addressing: DOSBox puts the client's IPv4 address and UDP port in the six node bytes
 (protocols.md section 3.2); RFC 1234 puts ``00 00`` followed by the IPv4 address (RFC 1234,
-"Unicast address mapping"). Both conventions are provided here.
+"Unicast address mapping"). Both conventions are provided here, and the bridge's own keyed
+nodes (``keyed_node``), which an outsider cannot predict.
 """
 
 import hashlib
@@ -200,6 +201,18 @@ def with_hops(data: bytes, hops: int) -> bytes:
 def dosbox_node(ip: str, port: int) -> bytes:
     """DOSBox node: the client's IPv4 address then its UDP port, network order."""
     return ipaddress.IPv4Address(ip).packed + port.to_bytes(2, "big")
+
+
+KEYED_NODE_PREFIX: Final = b"\x02"  # unicast, locally administered (IEEE 802 U/L bit)
+
+
+def keyed_node(key: bytes, ip: str, port: int) -> bytes:
+    """The node the bridge assigns to a client at ``ip:port`` (policy/switch.py rule 2).
+
+    ``02`` then the first 5 bytes of HMAC-SHA256(key, "ip:port"): a valid unicast MAC that
+    no vendor assigns, unpredictable without the key, and the same after a restart.
+    """
+    return KEYED_NODE_PREFIX + hmac.digest(key, f"{ip}:{port}".encode(), "sha256")[:5]
 
 
 def rfc1234_node(ip: str) -> bytes:

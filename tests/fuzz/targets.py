@@ -29,6 +29,7 @@ import dataclasses
 import json
 import random
 import struct
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -55,7 +56,9 @@ from ipxbridge.policy.switch import (
     Decision,
     IpxSwitch,
     Outcome,
+    Port,
     SwitchSettings,
+    keyed_nodes,
 )
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ethernet, ipx, ipxwrapper
@@ -344,6 +347,7 @@ SWITCH_SETTINGS: Final = SwitchSettings(
     clients_allow=(IPv4Network("10.0.0.0/24"),),
 )
 DROP_REASONS: Final = frozenset({*WIRE_REASONS, *POLICY_DROP_REASONS})
+NODE_FOR: Final = keyed_nodes(bytes(range(32)))  # the clients' nodes, the same every run
 
 
 def datagrams(data: bytes) -> Iterator[tuple[Address, bytes, float]]:
@@ -360,18 +364,44 @@ def datagrams(data: bytes) -> Iterator[tuple[Address, bytes, float]]:
         yield ADDRESSES[mode % len(ADDRESSES)], bytes(packet), now
 
 
+@dataclass
+class UnprovenBooks:
+    """Bytes from and to each address that never proved it receives (switch rule 2)."""
+
+    received: Counter[Address] = dataclasses.field(default_factory=Counter)
+    sent: Counter[Address] = dataclasses.field(default_factory=Counter)
+    proven: set[Address] = dataclasses.field(default_factory=set)
+
+    def check(self, switch: IpxSwitch, out: list[tuple[bytes, Port]]) -> None:
+        """With the default budget (0, credit ratio 1) the bridge never sends an address
+        that has not proved itself more bytes than it received from it."""
+        self.proven |= {a for a, c in switch.clients.items() if c.verified}
+        for packet, to in out:
+            if isinstance(to, tuple) and to not in self.proven and to not in switch.peers:
+                self.sent[to] += len(packet)
+                assert self.sent[to] <= self.received[to], (to, self.sent[to], self.received[to])
+
+
 def check_switch(data: bytes) -> None:
     """The switch never raises, gives every datagram exactly one known outcome, relays only
-    to its own ports and never back to the ingress, changes nothing but the hop count, and
-    sends replies only to the sender (no reflection: reliability.md R7, R8). A coalesced
-    batch is never forwarded as one: each of its packets gets a decision of its own, held
-    to the same properties (policy/switch.py rule 1)."""
-    switch = IpxSwitch(SWITCH_SETTINGS, (PEER,), lambda _a: ipx.dosbox_node(*SERVER))
+    to its own ports and never back to the ingress, changes nothing but the hop count,
+    sends replies only to the sender (no reflection: reliability.md R7, R8), and sends an
+    address that has not proved it receives no more than it got from it (amplification at
+    most 1). A coalesced batch is never forwarded as one: each of its packets gets a
+    decision of its own, held to the same properties (policy/switch.py rule 1)."""
+    switch = IpxSwitch(
+        SWITCH_SETTINGS, (PEER,), lambda _a: ipx.dosbox_node(*SERVER), node_for=NODE_FOR
+    )
+    books = UnprovenBooks()
     for client in CLIENTS:
-        switch.handle(ipx.build_registration(), client, 0.0)
+        registration = ipx.build_registration()
+        books.received[client] += len(registration)
+        books.check(switch, list(switch.handle(registration, client, 0.0).replies))
     for src, packet, now in datagrams(data):
         before = {*switch.clients, *switch.peers}
+        books.received[src] += len(packet)
         decision = switch.handle(packet, src, now)
+        books.check(switch, emitted(decision))
         if src == STRANGER:
             assert decision.outcome is Outcome.DROPPED
         # A packet of a batch may go to a client the batch itself registered.
@@ -379,8 +409,20 @@ def check_switch(data: bytes) -> None:
         check_decision(decision, packet, src, switch, ports)
         assert len(switch.clients) <= SWITCH_SETTINGS.max_clients
         assert switch.learned_nodes <= SWITCH_SETTINGS.max_learned_nodes
-        for _ping, port in switch.tick(now):
+        ticked = switch.tick(now)
+        for _ping, port in ticked:
             assert port in switch.clients
+        books.check(switch, ticked)
+
+
+def emitted(decision: Decision) -> list[tuple[bytes, Port]]:
+    """Everything a decision sends: replies, copies, and those of a batch's packets."""
+    out: list[tuple[bytes, Port]] = list(decision.replies)
+    if decision.packet is not None:
+        out += [(decision.packet, to) for to in decision.targets]
+    for _inner, one in decision.inner:
+        out += emitted(one)
+    return out
 
 
 def check_decision(
@@ -555,7 +597,7 @@ def payload_seeds() -> list[bytes]:
 def datagram_seeds() -> list[bytes]:
     """Broadcasts, unicasts and pings from the clients and the peer; registrations by a
     stranger (refused) and a newcomer; the vectors' IPX packets."""
-    a, b = (ipx.dosbox_node(*c) for c in CLIENTS)
+    a, b = (NODE_FOR(c) for c in CLIENTS)
     far = ipx.rfc1234_node("172.16.0.5")
     packets = [
         (

@@ -127,12 +127,24 @@ class BridgeProcess:
     """``ipxbridge run`` inside a namespace, with its log captured."""
 
     def __init__(
-        self, net: Netns, ns: str, *args: str, log_dir: Path, ready: str = r"IPX tunnel on udp"
+        self,
+        net: Netns,
+        ns: str,
+        *args: str,
+        log_dir: Path,
+        ready: str = r"IPX tunnel on udp",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.log_path = log_dir / f"bridge-{ns}-{next(_RUNS)}.log"
         self._log = self.log_path.open("w")
         cmd = net.exec_args(ns, sys.executable, "-m", "ipxbridge", "run", *args)
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+        )
         self.wait_for(ready, 15)
 
     def log(self) -> str:
@@ -236,8 +248,27 @@ class DosBox:
         self._log.close()
 
 
+# A base budget for unverified clients, which the defaults do not give: the README's setting
+# for finding silent hosts (``ipx.unverified_*``, policy/switch.py rule 2).
+BASE_BUDGET_ENV = {
+    "IPXBRIDGE_IPX__UNVERIFIED_PACKETS_PER_SECOND": "4",
+    "IPXBRIDGE_IPX__UNVERIFIED_PACKET_BURST": "8",
+    "IPXBRIDGE_IPX__UNVERIFIED_BYTES_PER_SECOND": "2048",
+    "IPXBRIDGE_IPX__UNVERIFIED_BYTE_BURST": "4096",
+    "IPXBRIDGE_IPX__UNVERIFIED_CREDIT_RATIO": "16",
+}
+
+# What a stand-in game broadcasts first (``Client.announce``); the tests' data uses 0x4545.
+ANNOUNCE_SOCKET = 0x4546
+
+
 class Client:
-    """A synthetic DOSBox-protocol client living in a namespace."""
+    """A synthetic DOSBox-protocol client living in a namespace.
+
+    It behaves as DOSBox does: it registers (protocols.md 4.2), sends from the node the reply
+    gave it, and answers every ping it reads with a unicast to the pinger's node (4.5, 4.6),
+    whether it arrives while the test waits for data or for the ping itself.
+    """
 
     def __init__(self, ns: str, server: tuple[str, int]) -> None:
         with inside(ns):
@@ -248,6 +279,7 @@ class Client:
         self.sock.sendto(ipx.build_registration(), server)
         reply, _ = self.sock.recvfrom(2048)
         self.node = ipx.parse_header(reply).dst_node
+        self.pings_answered = 0
 
     def send(self, dst_node: bytes, payload: bytes, sock: int = 0x4545) -> None:
         pkt = ipx.build_packet(
@@ -255,27 +287,44 @@ class Client:
         )
         self.sock.sendto(pkt, self.server)
 
+    def announce(self) -> None:
+        """What a game sends first: a broadcast saying it is there (DOOM's and Duke3D's
+        network setup, DirectPlay's EnumSessions), on ``ANNOUNCE_SOCKET``.
+
+        It carries the node our registration reply gave, which proves this client receives
+        at its address (policy/switch.py rule 2): until then the bridge sends it nothing
+        but that reply. A stand-in that would only listen calls this first, as a game would
+        have sent something by then.
+        """
+        self.send(ipx.BROADCAST_NODE, b"here", sock=ANNOUNCE_SOCKET)
+
+    def _answer_ping(self, header: ipx.IpxHeader) -> bool:
+        """Answer a ping as DOSBox does; True if ``header`` was one."""
+        if not (header.is_echo and header.is_broadcast):
+            return False
+        self.sock.sendto(ipx.build_ping_reply(header.src_node, self.node), self.server)
+        self.pings_answered += 1
+        return True
+
     def answer_keepalive(self, timeout: float = 5.0) -> None:
         """Wait for the bridge's ping and answer it, as DOSBox does (protocols.md 4.6).
 
-        A client that has sent nothing since registering is unverified and gets only a small
-        budget (policy/switch.py rule 2); a real DOSBox client leaves it by answering the
-        probe the bridge sends a second after registration. Stand-ins that only listen call
-        this before a test sends them more than that budget.
+        An unverified client is pinged only within its budget (policy/switch.py rule 2):
+        with the defaults, once it has sent something; a verified one after
+        ``keepalive_interval`` of silence.
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             data, _ = self.sock.recvfrom(70_000)
-            header = ipx.parse_header(data)
-            if header.is_echo and header.is_broadcast:
-                self.sock.sendto(ipx.build_ping_reply(header.src_node, self.node), self.server)
+            if self._answer_ping(ipx.parse_header(data)):
                 return
         raise TimeoutError("no keepalive from the bridge")
 
     def receive(self, sock: int = 0x4545) -> tuple[ipx.IpxHeader, bytes]:
-        """Next packet on the data socket (keepalive pings are skipped)."""
+        """Next packet on the data socket (pings are answered, other sockets skipped)."""
         while True:
             data, _ = self.sock.recvfrom(70_000)
             header, payload = ipx.parse_packet(data)
             if header.dst_socket == sock:
                 return header, bytes(payload)
+            self._answer_ping(header)

@@ -317,6 +317,17 @@ def test_the_read_only_config_mount_is_read(running: Running) -> None:
     assert json.loads(ready)["level"] == "info", ready
 
 
+def test_the_node_key_is_made_in_the_named_state_volume(running: Running) -> None:
+    # The README's run line mounts a named volume on /var/lib/ipxbridge: writable under
+    # --read-only, owned by 10001 (the image's directory), kept when the container goes.
+    mounts = running.podman.inspect(running.name)["Mounts"]
+    state = next(m for m in mounts if m["Destination"] == "/var/lib/ipxbridge")
+    assert (state["Type"], state["RW"]) == ("volume", True), state
+    log = running.podman.logs(running.name)
+    assert "IPX node key created in /var/lib/ipxbridge/node.key" in log, log
+    assert "key in memory" not in log, log
+
+
 @pytest.mark.dosbox
 def test_a_real_dosbox_client_registers_and_ipxnet_ping_answers(
     running: Running, tmp_path: Path

@@ -238,9 +238,14 @@ def test_bridge_runs_as_10001_with_only_its_capabilities_and_relays(
     sh("ip", "-n", hb, "route", "add", "default", "via", "10.71.2.1")
     sh("ip", "netns", "exec", box, "sysctl", "-qw", "net.ipv4.ip_forward=1")
     args = ("run", "--iface", "lanA", "--iface", "lanB", "--source-mode", "preserve")
+    # The image's state directory: owned by 10001, mode 0700 (Dockerfile), for the node key.
+    state = launcher.scratch / "state"
+    state.mkdir(mode=0o700)
+    os.chown(state, RUN_UID, RUN_UID)
+    key_file = state / "node.key"
     bridge = EntrypointBridge(
         launcher.argv(box, COMPOSE_CAPS, (*args, "--fast-path", "off")),
-        launcher.env("ipxbridge"),
+        launcher.env("ipxbridge", {"IPXBRIDGE_IPX__NODE_KEY_FILE": str(key_file)}),
         workdir,
         # both services up, in either order (the relay starts first: R18)
         ready=r"(?s)(?=.*IPX tunnel on udp 0\.0\.0\.0:213)(?=.*relaying between: .*lanA.*lanB)",
@@ -259,11 +264,13 @@ def test_bridge_runs_as_10001_with_only_its_capabilities_and_relays(
         # without CAP_SETPCAP the bounding set cannot shrink; no_new_privs keeps it moot
         assert int(st["CapBnd"], 16) & ~mask(CAP_SETUID, CAP_SETGID) == wanted
 
-        # UDP 213 (NET_BIND_SERVICE): a DOSBox-protocol registration gets its reply
+        # UDP 213 (NET_BIND_SERVICE): a DOSBox-protocol registration gets its reply, with
+        # the keyed node from the key the bridge made as 10001 in its state directory
         client = Client(pa, ("10.71.1.1", 213))
-        assert client.node == socket.inet_aton("10.71.1.10") + client.sock.getsockname()[
-            1
-        ].to_bytes(2, "big")
+        node_key = key_file.read_bytes()
+        assert (key_file.stat().st_uid, stat.S_IMODE(key_file.stat().st_mode)) == (RUN_UID, 0o600)
+        port = client.sock.getsockname()[1]
+        assert client.node == ipx.keyed_node(node_key, "10.71.1.10", port)
         client.sock.close()
 
         # preserve mode (NET_RAW): the broadcast crosses with the player's own source

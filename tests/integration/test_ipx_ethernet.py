@@ -34,6 +34,7 @@ from scapy.packet import NoPayload, Packet, Padding, Raw
 
 from tests.integration.conftest import require
 from tests.integration.harness import (
+    ANNOUNCE_SOCKET,
     BridgeProcess,
     Client,
     DosBox,
@@ -387,6 +388,8 @@ def bridge_frames(frames: list[Decoded], stations: set[str]) -> tuple[list[Decod
             continue
         assert frame.framing is not None, f"the bridge sent a frame that is not IPX: {frame}"
         check_well_formed(frame)
+        if frame.dst_socket == ANNOUNCE_SOCKET:
+            continue  # a stand-in client's first packet (harness.Client.announce)
         if frame.dst_socket == BEACON_SOCKET and frame.src_socket == BEACON_SOCKET:
             assert frame.dst_mac == mac_text(BROADCAST), frame
             beacons.append(frame)
@@ -500,7 +503,7 @@ def test_four_framings_built_by_scapy_reach_dosbox_and_tshark_decodes_what_the_b
     try:
         capture = Capture(net, s, "st0", workdir / "st0.pcapng")
         client = Client(c, SERVER)
-        client.answer_keepalive()  # as DOSBox does (protocols.md 4.6)
+        client.announce()  # its game, before it listens: its keyed node verifies it
         station = Station(s, "st0")
         # Native -> DOSBox: one station per framing, each broadcasting in its own. The auto
         # learner takes each station's framing from this first frame.
@@ -581,7 +584,7 @@ def test_fixed_framing_from_the_yaml_is_used_whatever_the_stations_speak(
     try:
         capture = Capture(net, s, "st0", workdir / "st0.pcapng")
         client = Client(c, SERVER)
-        client.answer_keepalive()
+        client.announce()
         station = Station(s, "st0")
         speakers = {"ethernet_ii": STATIONS["ethernet_ii"], "snap": STATIONS["snap"]}
         for framing, mac in speakers.items():  # heard in any framing, answered in raw 802.3
@@ -701,8 +704,8 @@ def test_real_dosbox_and_a_native_station_ping_each_other_through_the_bridge(
             [f"ipxnet connect {BRIDGE_CL} 213 > C:\\CONN.TXT", "ipxnet ping > C:\\PING.TXT"],
             exit_when_done=False,  # stays at the prompt, where DOSBox answers pings
         )
-        port = int(bridge.wait_for(rf"client {CLIENT_IP}:(\d+) registered", 20).group(1))
-        dosbox_node = socket.inet_aton(CLIENT_IP) + port.to_bytes(2, "big")
+        found = bridge.wait_for(rf"client {CLIENT_IP}:\d+ registered as node ([0-9a-f:]+)", 20)
+        dosbox_node = node(found.group(1))  # keyed: ipxnet ping's own broadcast proves it
         # DOSBox -> native (broadcast) and native -> DOSBox (unicast): the station answers
         # the ping of ipxnet ping the way a DOSBox client does (protocols.md 4.5).
         answered: list[tuple[bytes, str, bytes]] = []
@@ -900,7 +903,7 @@ def test_hostile_frames_are_dropped_and_counted_by_reason_and_the_port_still_for
     port = ("ethernet", "seg0")
     try:
         client = Client(c, SERVER)
-        client.answer_keepalive()
+        client.announce()
         station = Station(s, "st0")
         mac = STATIONS["802.2"]
         hostile = hostile_frames(mac)
@@ -932,7 +935,7 @@ def test_a_packet_too_large_for_the_framing_at_the_mtu_is_dropped_and_counted_ne
     capture = None
     try:
         client = Client(c, SERVER)
-        client.answer_keepalive()
+        client.announce()
         station = Station(s, "st0")
         eth2, snap = STATIONS["ethernet_ii"], STATIONS["snap"]
         for framing, mac in (("ethernet_ii", eth2), ("snap", snap)):
@@ -975,7 +978,8 @@ def test_a_packet_too_large_for_the_framing_at_the_mtu_is_dropped_and_counted_ne
         pcap = capture.stop()
         now = books(b)
         assert now.copies_dropped == {("ethernet", "seg0", "frame_too_large"): dropped_copies}, now
-        assert now.outcomes[("dosbox", "", "forwarded", "")] == 6, now  # copies were dropped
+        # its announcement and the six sent here, though copies were dropped
+        assert now.outcomes[("dosbox", "", "forwarded", "")] == 7, now
         now.balance()
     finally:
         if capture is not None:

@@ -40,7 +40,14 @@ from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ipx
 from tests.integration import wg
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, Client, Netns, bridge_get, inside
+from tests.integration.harness import (
+    BASE_BUDGET_ENV,
+    BridgeProcess,
+    Client,
+    Netns,
+    bridge_get,
+    inside,
+)
 from tests.integration.ipxwrapper_station import (
     SUBNET_DROP,
     IpxWrapperStation,
@@ -236,7 +243,7 @@ class Site:
         self.bridge: BridgeProcess | None = None
         self.wg_name = ""
 
-    def build(self, workdir: Path, *, wireguard: bool, rfc1234: bool) -> None:
+    def build(self, workdir: Path, *, wireguard: bool, rfc1234: bool, env: dict[str, str]) -> None:
         net = self.net
         self.br, self.cl = net.add("br"), net.add("cl")
         net.link(self.br, "cl0", "10.60.0.1/24", self.cl, "eth0", "10.60.0.2/24")
@@ -260,7 +267,7 @@ class Site:
             self.rh = net.add("rh")
             net.link(self.br, "lan0", "10.70.0.1/24", self.rh, "eth0", "10.70.0.2/24")
             args += ["--ipx-iface", "lan0:rfc1234"]
-        self.bridge = bridge = BridgeProcess(net, self.br, *args, log_dir=workdir)
+        self.bridge = bridge = BridgeProcess(net, self.br, *args, log_dir=workdir, env=env)
         if wireguard:
             # The p2p peer comes from WireGuard (the /32 of the station's AllowedIPs).
             bridge.wait_for(rf"{self.wg_name}/ipxwrapper \(p2p, peers 10\.98\.0\.2\)", 10)
@@ -272,7 +279,7 @@ class Site:
 
     def client(self) -> Client:
         client = Client(self.cl, ("10.60.0.1", RFC1234_PORT))
-        client.answer_keepalive()  # as DOSBox does: a verified client gets everything
+        client.announce()  # its game, before it listens: its keyed node verifies it
         return client
 
     def metrics(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -288,12 +295,19 @@ class Site:
 
 
 @contextlib.contextmanager
-def site(net: Netns, workdir: Path, *, wireguard: bool, rfc1234: bool) -> Iterator[Site]:
+def site(
+    net: Netns,
+    workdir: Path,
+    *,
+    wireguard: bool,
+    rfc1234: bool,
+    env: dict[str, str] | None = None,
+) -> Iterator[Site]:
     if wireguard:
         require("wireguard-go", "wg")
     s = Site(net)
     try:
-        s.build(workdir, wireguard=wireguard, rfc1234=rfc1234)
+        s.build(workdir, wireguard=wireguard, rfc1234=rfc1234, env=env or {})
         yield s
     except BaseException:
         s.close()
@@ -420,7 +434,7 @@ def test_ipxwrapper_station_over_wireguard_and_dosbox_client_see_each_other(
         ]
         metrics = s.metrics()
         assert port_count(metrics, "ipxwrapper", s.wg_name, "forwarded") == 2
-        assert port_count(metrics, "dosbox", "", "forwarded") == 2
+        assert port_count(metrics, "dosbox", "", "forwarded") == 3  # with its announcement
         station.close()
 
 
@@ -428,8 +442,13 @@ def test_ipxwrapper_station_over_wireguard_and_dosbox_client_see_each_other(
 def test_dp4_enum_sessions_from_ipxwrapper_station_lists_the_session(
     net: Netns, workdir: Path
 ) -> None:
-    """IPXWrapper's DirectPlay SP enumerates; a host on the DOSBox side answers (1.9, 6)."""
-    with site(net, workdir, wireguard=True, rfc1234=False) as s:
+    """IPXWrapper's DirectPlay SP enumerates; a host on the DOSBox side answers (1.9, 6).
+
+    That host has sent nothing since it registered: the enumeration reaches it only with a
+    base budget for unverified clients (README, "Verification"), as on a bridge set up to
+    find silent hosts. Its answer carries its keyed node, which verifies it.
+    """
+    with site(net, workdir, wireguard=True, rfc1234=False, env=BASE_BUDGET_ENV) as s:
         station = s.station()
         station.bind(DP_SOCKET)
         host = DosboxHost(s.cl, ("10.60.0.1", RFC1234_PORT))
@@ -639,7 +658,7 @@ def test_coalesced_batch_reaches_every_port_as_its_packets(net: Netns, workdir: 
         assert (station.magic, station.dropped) == ([], [])  # no batch ever reached it
 
         assert port_count(metrics, "dosbox", "", "control", "batch") == 2
-        assert port_count(metrics, "dosbox", "", "forwarded") == 3 + 2
+        assert port_count(metrics, "dosbox", "", "forwarded") == 1 + 3 + 2  # announcement first
         assert port_count(metrics, "dosbox", "", "dropped", "filtered_socket") == 1
         assert port_count(metrics, "dosbox", "", "dropped", "spoofed_source") == 1
         station.close()

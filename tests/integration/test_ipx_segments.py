@@ -368,9 +368,11 @@ def start_bridge(net: Netns, ns: str, workdir: Path, *args: str) -> BridgeProces
 
 
 def verified(*clients: DosboxClient) -> None:
-    """Each client answers the bridge's first probe, as DOSBox does (harness.Client)."""
+    """Each client's game announces itself before the test listens (``harness.Client.
+    announce``, on a socket the tally does not count): the keyed node it carries verifies
+    it, as a game's first packet does (policy/switch.py rule 2)."""
     for c in clients:
-        c.client.answer_keepalive()
+        c.client.announce()
         # From here on it is read by the tally: a socket with a timeout would wait in recv.
         c.client.sock.setblocking(False)
 

@@ -8,6 +8,7 @@ Topologies (addresses are private to the namespaces this file creates):
   bridges are RFC 1234 peers over the underlay.
 """
 
+import os
 import re
 import select
 import socket
@@ -20,7 +21,15 @@ import pytest
 
 from ipxbridge.wire import ipx
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, Client, DosBox, Netns, inside
+from tests.integration.harness import (
+    ANNOUNCE_SOCKET,
+    BASE_BUDGET_ENV,
+    BridgeProcess,
+    Client,
+    DosBox,
+    Netns,
+    inside,
+)
 
 
 def one_bridge(net: Netns) -> tuple[str, str, str]:
@@ -40,21 +49,51 @@ def two_sites(net: Netns) -> tuple[str, str, str, str]:
     return sa, sb, a1, b1
 
 
+def as_dosbox_prints(node: bytes) -> str:
+    """How ``ipxnet ping`` shows a responder: its node read as IPv4 + port (protocols.md 4.5)."""
+    return f"Response from {socket.inet_ntoa(node[:4])}, port {int.from_bytes(node[4:], 'big')}"
+
+
+def registered_node(bridge: BridgeProcess, ip: str) -> bytes:
+    """The node the bridge gave the client at ``ip``, from its log."""
+    found = bridge.wait_for(rf"client {re.escape(ip)}:\d+ registered as node ([0-9a-f:]+)", 40)
+    return bytes.fromhex(found.group(1).replace(":", ""))
+
+
+def idle_dosbox(net: Netns, ns: str, workdir: Path, server: str, *, speaks: bool) -> DosBox:
+    """A DOSBox that connects and then sits at the prompt. DOSBox sends nothing after its
+    registration until a program does; ``speaks``: it runs ``ipxnet ping`` once first (a
+    broadcast from its node, as a game's first packet would be), which proves it receives
+    at its address (policy/switch.py rule 2)."""
+    commands = [f"ipxnet connect {server} > C:\\CONN.TXT"]
+    if speaks:
+        commands.append("ipxnet ping > C:\\PING0.TXT")
+    return DosBox(net, ns, workdir, commands, exit_when_done=False)
+
+
+def wait_for_text(dosbox: DosBox, name: str, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in dosbox.read(name):
+        assert time.monotonic() < deadline, (name, dosbox.read(name))
+        time.sleep(0.2)
+
+
 @pytest.mark.netns
 @pytest.mark.dosbox
-def test_two_dosbox_clients_ping_each_other(net: Netns, workdir: Path) -> None:
+@pytest.mark.parametrize("idle_speaks", [True, False], ids=["defaults", "base_budget"])
+def test_two_dosbox_clients_ping_each_other(net: Netns, workdir: Path, idle_speaks: bool) -> None:
+    """With the defaults a client is sent nothing beyond its registration reply until it has
+    sent something: the idle DOSBox pings once first. With a base budget (the README's
+    setting for finding silent hosts) it need not: the bridge's probe and the other's ping
+    reach it, and its answer proves it."""
     box, c1, c2 = one_bridge(net)
-    bridge = BridgeProcess(net, box, "--ipx-listen", "0.0.0.0:213", log_dir=workdir)
-    idle = DosBox(
-        net,
-        c2,
-        workdir / "c2",
-        ["ipxnet connect 10.31.2.1 213 > C:\\CONN.TXT"],
-        exit_when_done=False,
-    )
+    env = {} if idle_speaks else BASE_BUDGET_ENV
+    bridge = BridgeProcess(net, box, "--ipx-listen", "0.0.0.0:213", log_dir=workdir, env=env)
+    idle = idle_dosbox(net, c2, workdir / "c2", "10.31.2.1 213", speaks=idle_speaks)
     try:
-        reg = bridge.wait_for(r"client 10\.31\.2\.12:(\d+) registered", 40)
-        port = int(reg.group(1))
+        node = registered_node(bridge, "10.31.2.12")
+        if idle_speaks:
+            wait_for_text(idle, "PING0.TXT", "Response from 10.31.2.1, port 213", 20)
         pinger = DosBox(
             net,
             c1,
@@ -69,15 +108,18 @@ def test_two_dosbox_clients_ping_each_other(net: Netns, workdir: Path) -> None:
         assert "connected to server at 10.31.1.1" in pinger.read("CONN.TXT")
         ping = pinger.read("PING.TXT")
         # DOSBox decodes the responder's node as IPv4 + port (protocols.md 4.5): the other
-        # client answers with its real address, and the bridge answers for itself.
-        assert f"Response from 10.31.2.12, port {port}" in ping, ping
+        # client answers from its keyed node, and the bridge answers from its own address.
+        assert node[0] == 0x02
+        assert as_dosbox_prints(node) in ping, ping
         assert "Response from 10.31.1.1, port 213" in ping, ping
     finally:
         idle.kill()
         assert bridge.stop() == 0
     counts = bridge.summary()
     assert counts["received"] == counts["forwarded"] + counts["control"] + counts["dropped"]
-    assert counts["dropped"] == 0, bridge.log()
+    # the idle client's own ping, when it was alone: answered by the bridge, heard by nobody
+    assert counts["dropped"] == idle_speaks, bridge.log()
+    assert ("no_destination=1" in bridge.log()) is idle_speaks
 
 
 @pytest.mark.netns
@@ -86,11 +128,10 @@ def test_dosbox_ping_crosses_two_peered_bridges(net: Netns, workdir: Path) -> No
     sa, sb, a1, b1 = two_sites(net)
     bridge_a = BridgeProcess(net, sa, "--peer", "10.40.0.2", log_dir=workdir)
     bridge_b = BridgeProcess(net, sb, "--peer", "10.40.0.1:213", log_dir=workdir)
-    idle = DosBox(
-        net, b1, workdir / "b1", ["ipxnet connect 10.42.1.1 > C:\\CONN.TXT"], exit_when_done=False
-    )
+    idle = idle_dosbox(net, b1, workdir / "b1", "10.42.1.1", speaks=True)
     try:
-        port = int(bridge_b.wait_for(r"client 10\.42\.1\.11:(\d+) registered", 40).group(1))
+        node = registered_node(bridge_b, "10.42.1.11")
+        wait_for_text(idle, "PING0.TXT", "Response from 10.42.1.1, port 213", 20)
         pinger = DosBox(
             net,
             a1,
@@ -104,13 +145,15 @@ def test_dosbox_ping_crosses_two_peered_bridges(net: Netns, workdir: Path) -> No
         assert pinger.wait(50) == 0
         ping = pinger.read("PING.TXT")
         # the broadcast ping went A -> B over RFC 1234, the unicast answer came back B -> A
-        assert f"Response from 10.42.1.11, port {port}" in ping, ping
+        assert as_dosbox_prints(node) in ping, ping
     finally:
         idle.kill()
         assert bridge_a.stop() == 0
         assert bridge_b.stop() == 0
     a, b = bridge_a.summary(), bridge_b.summary()
-    assert a["dropped"] == 0, bridge_a.log()
+    # b1's own ping reached A before A had a client: no_destination there
+    assert a["dropped"] == 1, bridge_a.log()
+    assert "(no_destination=1)" in bridge_a.log()
     assert b["dropped"] == 0, bridge_b.log()
 
 
@@ -124,8 +167,10 @@ def test_broadcast_and_unicast_between_sites_keep_payload_and_count_hops(
     try:
         alice = Client(a1, ("10.41.1.1", 213))
         bob = Client(b1, ("10.42.1.1", 213))
-        bob.answer_keepalive()  # as DOSBox does; a silent client gets only a small budget
-        assert alice.node == ipx.dosbox_node("10.41.1.11", alice.sock.getsockname()[1])
+        bob.announce()  # bob's game says it is there before it listens
+        # the keyed node of alice's address, from the key the bridges keep (conftest.py)
+        key = Path(os.environ["IPXBRIDGE_IPX__NODE_KEY_FILE"]).read_bytes()
+        assert alice.node == ipx.keyed_node(key, "10.41.1.11", alice.sock.getsockname()[1])
 
         big = bytes(range(256)) * 12  # 3072 bytes: fragmented on the wire
         alice.send(ipx.BROADCAST_NODE, big)
@@ -150,8 +195,11 @@ def test_broadcast_and_unicast_between_sites_keep_payload_and_count_hops(
         assert bridge_a.stop() == 0
         assert bridge_b.stop() == 0
     a = bridge_a.summary()
-    assert a["received"] == 4  # alice's registration and 2 broadcasts, bob's unicast via B
-    assert bridge_b.summary()["control"] == 2  # bob's registration and keepalive answer
+    # alice's registration and 2 broadcasts, bob's announcement and unicast via B
+    assert a["received"] == 5
+    # bob's announcement is held for alice if it reaches A before her first packet
+    assert a["dropped"] == a["copies_held_unverified"] <= 1, bridge_a.log()
+    assert bridge_b.summary()["control"] == 1  # bob's registration
     assert a["received"] == a["forwarded"] + a["control"] + a["dropped"]
 
 
@@ -162,6 +210,7 @@ def test_malformed_flood_is_counted_and_bridge_keeps_serving(net: Netns, workdir
     try:
         alice = Client(c1, ("10.31.1.1", 213))
         bob = Client(c2, ("10.31.2.1", 213))
+        bob.announce()  # bob's game, before it listens; alice has sent nothing: held for her
         good = ipx.build_packet(
             dst_node=ipx.BROADCAST_NODE,
             dst_socket=0x4545,
@@ -211,10 +260,11 @@ def test_malformed_flood_is_counted_and_bridge_keeps_serving(net: Netns, workdir
         "filtered_socket": rounds,
         "spoofed_source": rounds,
         "unregistered": 1,
+        "unverified_budget": 1,
     }
     for reason, n in expected.items():
         assert re.search(rf"\b{reason}={n}\b", log), (reason, log)
-    assert counts["received"] == 2 + len(bad) * rounds + 1 + 1
+    assert counts["received"] == 2 + 1 + len(bad) * rounds + 1 + 1
     assert counts["dropped"] == sum(expected.values())
     assert counts["received"] == counts["forwarded"] + counts["control"] + counts["dropped"]
 
@@ -279,6 +329,7 @@ def test_tshark_decodes_what_the_bridge_forwards(net: Netns, workdir: Path) -> N
     try:
         alice = Client(c1, ("10.31.1.1", 213))
         bob = Client(c2, ("10.31.2.1", 213))
+        bob.announce()  # before it listens, as a game does
         wait_listening(capture)
         alice.send(ipx.BROADCAST_NODE, b"tshark-bcast", sock=0x4545)
         alice.send(bob.node, b"tshark-unicast", sock=0x869B)
@@ -304,7 +355,7 @@ def test_tshark_decodes_what_the_bridge_forwards(net: Netns, workdir: Path) -> N
         "-r",
         str(pcap),
         "-Y",
-        "ipx.dst.socket != 0x0002",
+        f"ipx.dst.socket != 0x0002 && ipx.dst.socket != {ANNOUNCE_SOCKET:#06x}",
         "-T",
         "fields",
         "-E",
@@ -349,7 +400,8 @@ def test_clients_carry_on_after_a_bridge_restart(net: Netns, workdir: Path) -> N
     second = BridgeProcess(net, box, log_dir=workdir)
     try:
         bob.send(ipx.BROADCAST_NODE, b"bob is still here")  # rejoins, nobody to hear it yet
-        second.wait_for(r"client 10\.31\.2\.12:\d+ rejoined", 5)
+        # the same key file, so the same node: only bob can know it, bob is verified
+        second.wait_for(r"client 10\.31\.2\.12:\d+ rejoined .*its keyed node proves it", 5)
         alice.send(ipx.BROADCAST_NODE, b"after restart")
         assert bob.receive()[1] == b"after restart"
         bob.send(alice.node, b"reply")

@@ -35,7 +35,9 @@ def test_metrics_match_traffic_and_pass_promtool(net: Netns, workdir: Path) -> N
     try:
         alice = Client(c1, ("10.54.0.1", 213))
         bob = Client(c1, ("10.54.0.1", 213))
-        bob.answer_keepalive()  # as DOSBox does; a silent client gets only a small budget
+        # bob's game announces itself before it listens; alice has sent nothing yet, so
+        # her copy is held (unverified_budget)
+        bob.announce()
         for i in range(40):
             alice.send(ipx.BROADCAST_NODE, f"hello {i}".encode())
         for _ in range(40):
@@ -72,16 +74,19 @@ def test_metrics_match_traffic_and_pass_promtool(net: Netns, workdir: Path) -> N
             == 2 + 1 + 40 + 12 + 1
         )
         assert value(metrics, 'ipxbridge_forwarded_packets_total{path="ipx"}') == 41
-        assert value(metrics, "ipxbridge_control_packets_total") == 3  # 2 registrations, 1 pong
+        assert value(metrics, "ipxbridge_control_packets_total") == 2  # 2 registrations
+        assert (
+            value(metrics, 'ipxbridge_dropped_packets_total{path="ipx",reason="unverified_budget"}')
+            == 1
+        )
         assert value(metrics, 'ipxbridge_dropped_packets_total{path="ipx",reason="truncated"}') == 7
         assert (
             value(metrics, 'ipxbridge_dropped_packets_total{path="ipx",reason="filtered_socket"}')
             == 5
         )
         assert (
-            value(metrics, 'ipxbridge_sent_copies_total{interface="tunnel",path="ipx"}')
-            == 2 + 2 + 41
-        )  # two registration replies, each client's first probe, one copy per forward
+            value(metrics, 'ipxbridge_sent_copies_total{interface="tunnel",path="ipx"}') == 2 + 41
+        )  # two registration replies, one copy per forward (no probe: nobody earned one)
         assert value(metrics, 'ipxbridge_ipx_clients{dialect="dosbox"}') == 2
         sessions = 'ipxbridge_directplay_sessions{game="Total Annihilation",open="true"}'
         assert value(metrics, sessions) == 1  # no password, not closed: listed as open

@@ -27,7 +27,15 @@ import pytest
 
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ipx
-from tests.integration.harness import ROOT, BridgeProcess, Client, Netns, bridge_get, inside
+from tests.integration.harness import (
+    BASE_BUDGET_ENV,
+    ROOT,
+    BridgeProcess,
+    Client,
+    Netns,
+    bridge_get,
+    inside,
+)
 
 DISCOVERY = 0xA57F  # DirectPlay's IPX enumeration socket (protocols.md 1.9)
 HOST_SOCKET = 0x4002  # an ephemeral socket for the host's game traffic and replies
@@ -100,6 +108,9 @@ def test_garbage_hop_byte_and_a_40_round_trip_ping_pong_get_through(
     try:
         alice = Client(c1, ("10.61.1.1", 213))
         bob = Client(c2, ("10.61.2.1", 213))
+        # bob's game announces itself before it listens; alice has sent nothing yet, so
+        # that copy is held for her (unverified_budget) and her first packet verifies her.
+        bob.announce()
         # Garbage left in the transport-control byte by a DOS program (protocols.md 4.1).
         alice.sock.sendto(packet(alice, ipx.BROADCAST_NODE, b"garbage tc", 0x5A), alice.server)
         got = receive_raw(bob)
@@ -119,7 +130,8 @@ def test_garbage_hop_byte_and_a_40_round_trip_ping_pong_get_through(
         assert bridge.stop() == 0
     counts = bridge.summary()
     assert counts["forwarded"] == 81
-    assert counts["dropped"] == 0, bridge.log()
+    assert counts["dropped"] == 1, bridge.log()
+    assert "(unverified_budget=1)" in bridge.log()
 
 
 @pytest.mark.netns
@@ -129,6 +141,7 @@ def test_unknown_unicast_never_reaches_a_dosbox_client(net: Netns, workdir: Path
     try:
         alice = Client(c1, ("10.61.1.1", 213))
         bob = Client(c2, ("10.61.2.1", 213))
+        bob.announce()  # its game, before it listens
         # To a node nobody has: DOSBox would hand it to bob's game as if addressed to it.
         alice.sock.sendto(
             packet(alice, bytes.fromhex("0a0b0c0d0e0f"), b"not yours", 0), alice.server
@@ -207,8 +220,13 @@ def test_silent_ipxwrapper_host_stays_registered_and_is_found(net: Netns, workdi
     # Keepalives every second: the old switch dropped a client after 3 unanswered ones (~4 s
     # here, ~20 s at the default 5 s). 12 s of silence = 12 keepalive intervals, the same
     # number as 60 s at the default; the unit test runs the full 60 s on an injected clock.
+    # A host that never sent anything is found only with a base budget for unverified
+    # clients (README, "Verification": the setting for a bridge only players reach); its
+    # answer carries its keyed node, which verifies it.
     box, c1, c2 = one_bridge(net)
-    bridge = start_bridge(net, box, workdir, IPXBRIDGE_IPX__KEEPALIVE_INTERVAL="1")
+    bridge = start_bridge(
+        net, box, workdir, IPXBRIDGE_IPX__KEEPALIVE_INTERVAL="1", **BASE_BUDGET_ENV
+    )
     try:
         host = IpxWrapperHost(c2, ("10.61.2.1", 213))
         time.sleep(12)
@@ -224,6 +242,8 @@ def test_silent_ipxwrapper_host_stays_registered_and_is_found(net: Netns, workdi
         assert host.pings_ignored >= 3  # it really was pinged, and never answered
         header, payload = player.receive(sock=DISCOVERY)
         assert header.src_node == host.node
+        (listed_host,) = [c for c in api(box, "/api/clients") if c["node"] == host.node.hex(":")]
+        assert listed_host["verified"] is True  # only our reply told it that node
         reply = dp.parse_dp4(payload, bare=True)
         assert reply.command == dp.DP4Command.ENUMSESSIONSREPLY
         listed = subprocess.run(
@@ -244,26 +264,58 @@ def test_silent_ipxwrapper_host_stays_registered_and_is_found(net: Netns, workdi
 
 
 @pytest.mark.netns
+@pytest.mark.parametrize("base_budget", [False, True], ids=["defaults", "base_budget"])
 def test_unverified_client_gets_its_budget_and_the_rest_is_counted(
-    net: Netns, workdir: Path
+    net: Netns, workdir: Path, base_budget: bool
 ) -> None:
-    # A registration is one spoofable datagram: until the address sends something, the bridge
-    # aims only a small budget at it (README "Unverified clients get a budget").
+    # A registration is one spoofable datagram: until the address proves it receives, the
+    # bridge aims at it no more than it sent (defaults: its registration paid for its reply,
+    # so nothing), or a small configured budget (README, "Verification").
     box, c1, c2 = one_bridge(net)
-    bridge = start_bridge(net, box, workdir)
+    env = {k: v for k, v in BASE_BUDGET_ENV.items() if "RATIO" not in k} if base_budget else {}
+    bridge = start_bridge(net, box, workdir, **env)
     try:
         alice = Client(c1, ("10.61.1.1", 213))
         silent = IpxWrapperHost(c2, ("10.61.2.1", 213))  # never answers the probe
         for i in range(50):  # well within a second: the burst of 8, then about 4/s
             alice.sock.sendto(packet(alice, ipx.BROADCAST_NODE, b"%d" % i, 0), alice.server)
         got = count_until_quiet(silent.sock, 0x4545, quiet=1.0)
-        assert 8 <= got <= 12, got
+        if base_budget:
+            assert 8 <= got <= 12, got
+        else:
+            assert got == 0
     finally:
         assert bridge.stop() == 0
     counts = bridge.summary()
     assert counts["copies_held_unverified"] == 50 - got
     assert counts["dropped"] == 50 - got  # those reached nobody: unverified_budget
     assert f"unverified_budget={50 - got}" in bridge.log()
+
+
+@pytest.mark.netns
+def test_with_the_defaults_a_silent_host_is_sent_nothing(net: Netns, workdir: Path) -> None:
+    # What the defaults give up (README): a host that registered and never sent anything
+    # is neither pinged nor sent the enumeration; the copy is held and counted. A spoofed
+    # registration is treated the same way, which is the point.
+    box, c1, c2 = one_bridge(net)
+    bridge = start_bridge(net, box, workdir, IPXBRIDGE_IPX__KEEPALIVE_INTERVAL="1")
+    try:
+        host = IpxWrapperHost(c2, ("10.61.2.1", 213))
+        player = Client(c1, ("10.61.1.1", 213))
+        time.sleep(2.5)  # when probes would have gone out
+        enum = dp.build_enum_sessions(dp.EnumSessions(ARMADA, 0x41, None), bare=True)
+        player.sock.sendto(
+            packet(player, ipx.BROADCAST_NODE, enum, 0, sock=DISCOVERY), player.server
+        )
+        host.sock.settimeout(1.5)
+        with pytest.raises(TimeoutError):
+            host.answer_one_enumeration(1.5)
+        assert host.pings_ignored == 0  # not even probed: a probe would be more than it sent
+    finally:
+        assert bridge.stop() == 0
+    counts = bridge.summary()
+    assert counts["copies_held_unverified"] == 1
+    assert "(unverified_budget=1)" in bridge.log()
 
 
 @pytest.mark.netns
@@ -286,10 +338,10 @@ def test_spoofed_registrations_do_not_lock_real_players_out(net: Netns, workdir:
                 socket.inet_aton(src), socket.inet_aton("10.61.1.1"),
             )  # fmt: skip
             raw.sendto(header + udp, ("10.61.1.1", 0))
-        time.sleep(3.5)  # probes go out 1-2 s after registering (1 s tick); 1 s to answer
+        time.sleep(3.5)  # each spoofed entry has 2 s to prove itself, then it may make room
         players = [Client(ns, (gw, 213)) for ns, gw in ((c1, "10.61.1.1"), (c2, "10.61.2.1"))]
         for player in players:
-            player.answer_keepalive()  # as DOSBox does: verified
+            player.announce()  # its game's first packet carries its keyed node: verified
         clients = api(box, "/api/clients")
         verified = sorted(c["address"].split(":")[0] for c in clients if c["verified"])
         assert verified == ["10.61.1.11", "10.61.2.12"], clients

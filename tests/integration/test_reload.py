@@ -43,6 +43,7 @@ def test_reload_keeps_clients_and_rejects_a_bad_file(net: Netns, workdir: Path) 
     try:
         alice = Client(c1, ("10.56.0.1", 213))
         bob = Client(c1, ("10.56.0.1", 213))
+        bob.announce()  # its game, before it listens (alice's first packet verifies her)
         exchange(alice, bob, b"before")
 
         config.write_text(CHANGED)

@@ -32,6 +32,23 @@ def test_embedded_default() -> None:
     assert cfg.ipx.idle_timeout == 600
 
 
+def test_default_nodes_are_keyed_and_unproven_addresses_get_no_more_than_they_sent() -> None:
+    ipx = load_config(None, {}).ipx
+    assert (ipx.node_assignment, ipx.node_key_file) == ("keyed", "/var/lib/ipxbridge/node.key")
+    budget = (
+        ipx.unverified_packets_per_second,
+        ipx.unverified_packet_burst,
+        ipx.unverified_bytes_per_second,
+        ipx.unverified_byte_burst,
+    )
+    assert budget == (0.0, 0, 0.0, 0)
+    assert ipx.unverified_credit_ratio == 1.0
+    assert (ipx.max_unverified, ipx.max_unverified_per_ip) == (256, 16)
+    # and the embedded file says how to find silent hosts again
+    for hint in ("packets_per_second 4, packet_burst 8", "credit_ratio 16", "clients_allow"):
+        assert hint in DEFAULT_CONFIG_YAML, hint
+
+
 def test_good_file() -> None:
     cfg = load_config(CONF / "good.yaml", {})
     assert cfg.ipx.peers == ("192.0.2.7:213", "192.0.2.8:3000")
@@ -85,6 +102,13 @@ def test_good_file() -> None:
         (
             "flow_limits.yaml",
             [":3: relay.max_unproven_flows: must be smaller than max_flows (64)"],
+        ),
+        (
+            "node_keys.yaml",
+            [
+                ":3: ipx.node_assignment: Input should be 'keyed' or 'address' (got 'random')",
+                ":4: ipx.node_key_file: empty path",
+            ],
         ),
     ],
 )

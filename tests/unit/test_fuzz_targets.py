@@ -12,6 +12,7 @@ import pytest
 
 from ipxbridge.policy import relay as relay_mod
 from ipxbridge.policy import switch as switch_mod
+from ipxbridge.policy.budget import TokenBucket
 from ipxbridge.policy.reassembly import Reassembler, ReassemblyLimits
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ipx
@@ -83,6 +84,16 @@ def test_switch_property_catches_a_batch_forwarded_as_one(
         return switch_one(ipx.parse_header(data), data)
 
     monkeypatch.setattr(switch_mod.IpxSwitch, "_batch", as_one)
+    with pytest.raises(AssertionError):
+        targets.check_switch(TARGETS["switch"].seeds()[0])
+
+
+def test_switch_property_catches_amplification_toward_an_unproven_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A budget that never says no: the silent client gets a broadcast larger than its
+    # registration, more than it ever sent.
+    monkeypatch.setattr(TokenBucket, "take", lambda *_args: True)
     with pytest.raises(AssertionError):
         targets.check_switch(TARGETS["switch"].seeds()[0])
 

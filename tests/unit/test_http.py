@@ -6,6 +6,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from ipxbridge.app import Bridge
 from ipxbridge.config import load_config
@@ -22,11 +23,10 @@ async def request(port: int, path: str) -> tuple[int, bytes]:
     return int(head.split()[1]), body
 
 
-def test_health_turns_503_when_the_loop_heartbeat_is_stale() -> None:
+def test_health_turns_503_when_the_loop_heartbeat_is_stale(tmp_path: Path) -> None:
     async def main() -> None:
-        config = load_config(
-            None, {}, {"ipx": {"listen": "127.0.0.1:21999"}, "http": {"listen": "127.0.0.1:21998"}}
-        )
+        ipx = {"listen": "127.0.0.1:21999", "node_key_file": str(tmp_path / "node.key")}
+        config = load_config(None, {}, {"ipx": ipx, "http": {"listen": "127.0.0.1:21998"}})
         bridge = Bridge(config)
         await bridge.start()
         try:
@@ -43,7 +43,7 @@ def test_health_turns_503_when_the_loop_heartbeat_is_stale() -> None:
     asyncio.run(main())
 
 
-def test_blocked_loop_fails_the_health_check_then_recovers() -> None:
+def test_blocked_loop_fails_the_health_check_then_recovers(tmp_path: Path) -> None:
     """The endpoint runs on the relay loop: while the loop is stuck, a checker times out."""
 
     def probe(results: list[str]) -> None:
@@ -54,9 +54,8 @@ def test_blocked_loop_fails_the_health_check_then_recovers() -> None:
             results.append(type(exc).__name__)
 
     async def main() -> None:
-        config = load_config(
-            None, {}, {"ipx": {"listen": "127.0.0.1:21997"}, "http": {"listen": "127.0.0.1:21996"}}
-        )
+        ipx = {"listen": "127.0.0.1:21997", "node_key_file": str(tmp_path / "node.key")}
+        config = load_config(None, {}, {"ipx": ipx, "http": {"listen": "127.0.0.1:21996"}})
         bridge = Bridge(config)
         await bridge.start()
         try:

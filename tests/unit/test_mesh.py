@@ -18,19 +18,24 @@ def constant(addr: Address) -> Callable[[Address], bytes]:
     return lambda _a: node
 
 
-Mesh = tuple[dict[Address, IpxSwitch], dict[Address, Address]]
+# Each client's bridge and the node it was given (from its registration reply).
+Mesh = tuple[dict[Address, IpxSwitch], dict[Address, tuple[Address, bytes]]]
 
 
 def build_mesh(dedup_window: float = 2.0) -> Mesh:
     switches: dict[Address, IpxSwitch] = {}
-    clients: dict[Address, Address] = {}
+    clients: dict[Address, tuple[Address, bytes]] = {}
     for i, me in enumerate(BRIDGES):
         peers = tuple(b for b in BRIDGES if b != me)
         sw = IpxSwitch(SwitchSettings(dedup_window=dedup_window), peers, constant(me))
         client = (f"10.0.{i}.10", 5000 + i)
-        sw.handle(ipx.build_registration(), client, 0.0)
+        ((reply, _),) = sw.handle(ipx.build_registration(), client, 0.0).replies
         switches[me] = sw
-        clients[client] = me
+        clients[client] = (me, ipx.parse_header(reply).dst_node)
+    # Each game announces itself once as it starts, as games do before they listen; the
+    # packet carries its keyed node, which verifies it (policy/switch.py rule 2).
+    for client, (bridge, node) in clients.items():
+        run(switches, (broadcast(node, b"here"), client, bridge), 0.0)
     return switches, clients
 
 
@@ -63,22 +68,29 @@ def run(
     return delivered, inter_bridge
 
 
-def first_client_broadcast(clients: dict[Address, Address]) -> tuple[Address, bytes]:
+def first_client_broadcast(
+    clients: dict[Address, tuple[Address, bytes]],
+) -> tuple[Address, Address, bytes]:
+    """The first client, its bridge, and a broadcast from it."""
     sender = next(iter(clients))
-    pkt = ipx.build_packet(
+    bridge, node = clients[sender]
+    return sender, bridge, broadcast(node, b"hi")
+
+
+def broadcast(node: bytes, payload: bytes) -> bytes:
+    return ipx.build_packet(
         dst_node=ipx.BROADCAST_NODE,
         dst_socket=0x4545,
-        src_node=ipx.dosbox_node(*sender),
+        src_node=node,
         src_socket=0x4545,
-        payload=b"hi",
+        payload=payload,
     )
-    return sender, pkt
 
 
 def test_full_mesh_broadcast_reaches_each_client_once_and_storm_ends() -> None:
     switches, clients = build_mesh()
-    sender, pkt = first_client_broadcast(clients)
-    delivered, inter = run(switches, (pkt, sender, clients[sender]), 1.0)
+    sender, bridge, pkt = first_client_broadcast(clients)
+    delivered, inter = run(switches, (pkt, sender, bridge), 1.0)
     others = [c for c in clients if c != sender]
     assert delivered == Counter(dict.fromkeys(others, 1))
     # 2 copies from the origin, then each other bridge relays once to the third: 4 in all.
@@ -87,17 +99,17 @@ def test_full_mesh_broadcast_reaches_each_client_once_and_storm_ends() -> None:
 
 def test_identical_retries_half_a_second_apart_all_delivered() -> None:
     switches, clients = build_mesh()
-    sender, pkt = first_client_broadcast(clients)
+    sender, bridge, pkt = first_client_broadcast(clients)
     total: Counter[Address] = Counter()
     for i in range(20):
-        delivered, _ = run(switches, (pkt, sender, clients[sender]), 1.0 + 0.5 * i)
+        delivered, _ = run(switches, (pkt, sender, bridge), 1.0 + 0.5 * i)
         total.update(delivered)
     assert all(total[c] == 20 for c in clients if c != sender)
 
 
 def test_without_dedup_hop_count_still_ends_the_storm() -> None:
     switches, clients = build_mesh(dedup_window=0.0)
-    sender, pkt = first_client_broadcast(clients)
-    delivered, inter = run(switches, (pkt, sender, clients[sender]), 1.0, limit=1_000_000)
+    sender, bridge, pkt = first_client_broadcast(clients)
+    delivered, inter = run(switches, (pkt, sender, bridge), 1.0, limit=1_000_000)
     assert inter > 4  # it does loop...
     assert sum(delivered.values()) > 0  # ...but ends, bounded by the 16-hop rule

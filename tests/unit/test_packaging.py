@@ -41,6 +41,7 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 BASE_IMAGE = "python:3.12-slim-bookworm"
 RUN_UID = 10001
 CONFIG_PATH = "/etc/ipxbridge/config.yaml"
+STATE_DIR = "/var/lib/ipxbridge"  # where the node key lives (ipx.node_key_file)
 HEALTH_PATH = "/-/healthy"
 
 
@@ -137,6 +138,10 @@ def test_runtime_installs_only_pinned_nftables_and_creates_the_user() -> None:
     assert packages == ["nftables=1.0.6-*"]
     assert "rm -rf /var/lib/apt/lists/*" in runtime_runs[0]
     assert f"useradd --system --uid {RUN_UID} --gid {RUN_UID}" in runtime_runs[0]
+    # the node key's directory: the bridge's own, private, and a volume (writable under
+    # --read-only, and kept when named)
+    assert f"install -d -m 0700 -o {RUN_UID} -g {RUN_UID} {STATE_DIR}" in runtime_runs[0]
+    assert args_of("VOLUME") == [json.dumps([STATE_DIR])]
     assert f"RUN_UID={RUN_UID}" in ENTRYPOINT.read_text()
     # the entrypoint starts as root and steps down itself
     assert args_of("USER") == []
@@ -359,11 +364,14 @@ def test_compose_config_renders_a_hardened_host_network_service() -> None:
     assert service["restart"] == "unless-stopped"
     assert service["logging"]["driver"] == "json-file"
     assert set(service["logging"]["options"]) == {"max-size", "max-file"}
-    (volume,) = service["volumes"]
-    source, target, mode = volume.rsplit(":", 2)
+    config_volume, state_volume = service["volumes"]
+    source, target, mode = config_volume.rsplit(":", 2)
     assert (target, mode) == (CONFIG_PATH, "ro")
     assert Path(source) == ROOT / "deploy" / "config.example.yaml"
     assert Path(source).is_file()
+    # the node key outlives the container: a named volume on the key's directory
+    assert state_volume == f"state:{STATE_DIR}:rw"
+    assert Path(Config().ipx.node_key_file).parent == Path(STATE_DIR)
     assert Path(service["build"]["context"]) == ROOT
 
 
@@ -372,7 +380,10 @@ def test_compose_config_path_can_be_overridden() -> None:
     res = run(tool("docker-compose"), "-f", str(COMPOSE), "config", env=env)
     assert res.returncode == 0, res.stderr
     service = yaml.safe_load(res.stdout)["services"]["ipxbridge"]
-    assert service["volumes"] == [f"/srv/lan/ipxbridge.yaml:{CONFIG_PATH}:ro"]
+    assert service["volumes"] == [
+        f"/srv/lan/ipxbridge.yaml:{CONFIG_PATH}:ro",
+        f"state:{STATE_DIR}:rw",
+    ]
 
 
 # --- systemd ---------------------------------------------------------------------------
@@ -433,6 +444,9 @@ def test_systemd_unit_settings() -> None:
     assert s["Type"] == ["simple"]
     assert s["Restart"] == ["on-failure"]
     assert s["DynamicUser"] == ["yes"]
+    # the node key survives restarts: systemd keeps the state directory between starts
+    assert (s["StateDirectory"], s["StateDirectoryMode"]) == (["ipxbridge"], ["0700"])
+    assert Path(Config().ipx.node_key_file).parent == Path("/var/lib") / "ipxbridge"
     assert s["NoNewPrivileges"] == ["yes"]
     assert s["AmbientCapabilities"] == s["CapabilityBoundingSet"]
     caps = set(s["AmbientCapabilities"][0].split())

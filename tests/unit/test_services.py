@@ -217,12 +217,13 @@ def test_relay_service_off_starts_nothing() -> None:
 
 
 def test_ipx_service_registers_a_client_and_reloads_its_peers(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     port = free_udp_port()
-    config = load_config(
-        None, {}, {"ipx": {"listen": f"127.0.0.1:{port}"}, "http": {"listen": "off"}}
-    )
+    key_file = str(tmp_path / "node.key")
+    ipx_flags = {"listen": f"127.0.0.1:{port}", "node_key_file": key_file}
+    config = load_config(None, {}, {"ipx": ipx_flags, "http": {"listen": "off"}})
+    got: list[tuple[bytes, tuple[str, int]]] = []  # the node in the reply, the client
 
     async def main() -> None:
         service = IpxService(config, inspector())
@@ -234,7 +235,7 @@ def test_ipx_service_registers_a_client_and_reloads_its_peers(
             loop = asyncio.get_running_loop()
             await loop.sock_sendto(client, ipx.build_registration(), ("127.0.0.1", port))
             reply = await asyncio.wait_for(loop.sock_recv(client, 2048), 5)
-            assert ipx.parse_header(reply).dst_node == ipx.dosbox_node(*client.getsockname())
+            got.append((ipx.parse_header(reply).dst_node, client.getsockname()))
             clients = service.clients_json()
             assert [c["kind"] for c in clients] == ["dosbox"]
             assert clients[0]["address"] == "{}:{}".format(*client.getsockname())
@@ -246,7 +247,7 @@ def test_ipx_service_registers_a_client_and_reloads_its_peers(
             reloaded = load_config(
                 None,
                 {},
-                {"ipx": {"listen": f"127.0.0.1:{port}", "peers": [peer, "no.such.host.invalid"]}},
+                {"ipx": {**ipx_flags, "peers": [peer, "no.such.host.invalid"]}},
             )
             service.reconfigure(reloaded)
             assert [c["address"] for c in service.clients_json() if c["kind"] == "peer"] == [peer]
@@ -258,6 +259,13 @@ def test_ipx_service_registers_a_client_and_reloads_its_peers(
     caplog.set_level("INFO")
     asyncio.run(main())
     assert "stopped; IPX: received=1 forwarded=0 control=1" in caplog.text
+    # A keyed node, from the key the service created (policy/switch.py rule 2).
+    key = Path(key_file).read_bytes()
+    assert len(key) == 32
+    assert Path(key_file).stat().st_mode & 0o777 == 0o600
+    assert f"IPX node key created in {key_file}" in caplog.text
+    ((node, (ip, client_port)),) = got
+    assert node == ipx.keyed_node(key, ip, client_port)
 
 
 # --- the Bridge with recording services ---------------------------------------------------

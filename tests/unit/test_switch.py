@@ -1,11 +1,23 @@
 """Switching decisions as pure functions with an injected clock (policy/switch.py rules)."""
 
+import hashlib
+import hmac
 from ipaddress import IPv4Network
 
-from ipxbridge.policy.switch import Address, IpxSwitch, Outcome, SwitchSettings
+from ipxbridge.policy.switch import (
+    FIRST_PROBE_DELAY,
+    Address,
+    IpxSwitch,
+    Outcome,
+    SwitchSettings,
+    address_node,
+    keyed_nodes,
+)
 from ipxbridge.wire import ipx
 
-SERVER_NODE = ipx.dosbox_node("10.0.0.1", 213)
+SERVER_NODE = ipx.dosbox_node("10.0.0.1", 213)  # the bridge's own node stays IPv4 + port
+KEY = bytes(range(32))  # a fixed node key, so nodes are the same in every run
+NODE_FOR = keyed_nodes(KEY)
 A: Address = ("10.0.0.11", 40001)
 B: Address = ("10.0.0.12", 40002)
 C: Address = ("10.0.0.13", 40003)
@@ -13,13 +25,15 @@ PEER: Address = ("192.0.2.50", 213)
 PEER2: Address = ("192.0.2.51", 213)
 
 
-def make(peers: tuple[Address, ...] = (), **kw: object) -> IpxSwitch:
+def make(peers: tuple[Address, ...] = (), /, **kw: object) -> IpxSwitch:
     settings = SwitchSettings(**kw)  # type: ignore[arg-type]
-    return IpxSwitch(settings, peers, lambda _addr: SERVER_NODE)
+    node_for = address_node if settings.node_assignment == "address" else NODE_FOR
+    return IpxSwitch(settings, peers, lambda _addr: SERVER_NODE, node_for=node_for)
 
 
 def node(addr: Address) -> bytes:
-    return ipx.dosbox_node(*addr)
+    """The keyed node the switches of these tests give ``addr``."""
+    return NODE_FOR(addr)
 
 
 def register(sw: IpxSwitch, addr: Address, now: float = 0.0) -> bytes:
@@ -32,10 +46,45 @@ def register(sw: IpxSwitch, addr: Address, now: float = 0.0) -> bytes:
 
 def verify(sw: IpxSwitch, addr: Address, now: float = 0.0) -> None:
     """Answer the client's probe as DOSBox does: a unicast to the pinger's node (protocols.md
-    4.5), which for an unverified client is its nonce (policy/switch.py rule 2)."""
-    reply = ipx.build_ping_reply(sw.clients[addr].nonce, node(addr))
+    4.5), which for an unverified client is its nonce (policy/switch.py rule 2). Used where
+    a probe went out: with a base budget, or once the client earned one."""
+    reply = ipx.build_ping_reply(sw.clients[addr].nonce, sw.clients[addr].node)
     assert sw.handle(reply, addr, now).detail == "ping_reply"
     assert sw.clients[addr].verified
+
+
+def join(sw: IpxSwitch, addr: Address, now: float = 0.0) -> bytes:
+    """Register, then send what a game sends first: a broadcast announcing itself (DOOM's
+    setup, DirectPlay's EnumSessions). It carries the keyed node only our reply told the
+    client, so the client is verified at once (rule 2). Returns the node."""
+    n = register(sw, addr, now)
+    sw.handle(data(n, sock=ANNOUNCE_SOCKET, payload=b"here"), addr, now)
+    assert sw.clients[addr].verified
+    return n
+
+
+def join_by_probe(sw: IpxSwitch, addr: Address, now: float = 0.0) -> None:
+    """Verify a client the way address nodes allow: register, send a game packet (it pays
+    for a probe), answer the probe (rule 2)."""
+    n = register(sw, addr, now)
+    sw.handle(data(n, sock=ANNOUNCE_SOCKET, payload=b"here"), addr, now)
+    probes = [p for p, to in sw.tick(now + FIRST_PROBE_DELAY) if to == addr]
+    assert probes == [ipx.build_ping(sw.clients[addr].nonce)]
+    verify(sw, addr, now + FIRST_PROBE_DELAY)
+
+
+# A game announcing itself (``join``); the tests' own traffic uses 0x4545.
+ANNOUNCE_SOCKET = 0x4546
+# A base budget for unverified clients, which the defaults do not give (0): what finds a
+# silent DirectPlay host behind IPXWrapper (README, "Verification"); probes then go out
+# whether or not the client earned them.
+BASE_BUDGET: dict[str, object] = {
+    "unverified_packets_per_second": 4.0,
+    "unverified_packet_burst": 8,
+    "unverified_bytes_per_second": 2048.0,
+    "unverified_byte_burst": 4096,
+    "unverified_credit_ratio": 16.0,
+}
 
 
 def data(
@@ -50,14 +99,32 @@ def data(
     )
 
 
-def test_registration_assigns_ip_and_port_node_and_is_idempotent() -> None:
+def test_registration_assigns_the_keyed_node_and_is_idempotent() -> None:
     sw = make()
-    assert register(sw, A) == node(A) == bytes([10, 0, 0, 11]) + (40001).to_bytes(2, "big")
+    keyed = b"\x02" + hmac.new(KEY, b"10.0.0.11:40001", hashlib.sha256).digest()[:5]
+    assert register(sw, A) == node(A) == keyed
     d = sw.handle(ipx.build_registration(), A, 1.0)
     assert ipx.parse_header(d.replies[0][0]).dst_node == node(A)
     assert list(sw.clients) == [A]
     kinds = [e.kind for e in sw.pop_events()]
     assert kinds == ["registered", "reregistered"]
+
+
+def test_keyed_nodes_are_fixed_by_the_key_and_differ_per_address() -> None:
+    # The same key gives the same node after a restart; another address or another key
+    # gives another. 02: unicast and locally administered, never a vendor's MAC.
+    again = keyed_nodes(bytes(KEY))
+    assert node(A) == again(A)
+    nodes = {node(a) for a in (A, B, C, ("10.0.0.11", 40002), ("10.0.0.12", 40001))}
+    assert len(nodes) == 5
+    assert keyed_nodes(b"another key of 32 bytes........!")(A) != node(A)
+    assert all(n[0] == 0x02 for n in nodes)
+    assert ipx.keyed_node(KEY, *A) == node(A)
+
+
+def test_address_nodes_are_ipv4_and_port() -> None:
+    sw = make(node_assignment="address")
+    assert register(sw, A) == bytes([10, 0, 0, 11]) + (40001).to_bytes(2, "big")
 
 
 def test_registration_reply_is_the_only_thing_a_new_address_gets() -> None:
@@ -80,9 +147,9 @@ def test_unregistered_sender_is_dropped() -> None:
 
 
 def test_broadcast_goes_to_all_but_ingress_with_hop_incremented() -> None:
-    sw = make(peers=(PEER,))
+    sw = make((PEER,))
     for addr in (A, B, C):
-        register(sw, addr)
+        join(sw, addr)
     pkt = data(ipx.dosbox_node("172.16.0.5", 5000), hops=2)
     d = sw.handle(pkt, PEER, 1.0)
     assert d.outcome is Outcome.FORWARDED
@@ -96,9 +163,9 @@ def test_broadcast_goes_to_all_but_ingress_with_hop_incremented() -> None:
 def test_dosbox_client_hop_byte_is_taken_as_zero() -> None:
     # DOSBox never writes transport control: it carries whatever the DOS program left in
     # its buffer (protocols.md 4.1). 0x5A is such garbage; the old switch dropped it.
-    sw = make(peers=(PEER,))
-    register(sw, A)
-    register(sw, B)
+    sw = make((PEER,))
+    join(sw, A)
+    join(sw, B)
     pkt = data(node(A), hops=0x5A)
     d = sw.handle(pkt, A, 1.0)
     assert (d.outcome, d.detail) == (Outcome.FORWARDED, "broadcast")
@@ -113,8 +180,8 @@ def test_ping_pong_of_40_round_trips_between_two_clients() -> None:
     # byte climbs by one per trip through the bridge (protocols.md 4.1). Each client here
     # copies the received byte into its answer, as such a DOS program does.
     sw = make()
-    register(sw, A)
-    register(sw, B)
+    join(sw, A)
+    join(sw, B)
     hops = 0
     src, dst = A, B
     for i in range(80):  # 40 round trips
@@ -127,7 +194,7 @@ def test_ping_pong_of_40_round_trips_between_two_clients() -> None:
 
 
 def test_hop_limit_still_ends_loops_between_bridges() -> None:
-    sw = make(peers=(PEER, PEER2))
+    sw = make((PEER, PEER2))
     register(sw, A)
     remote = ipx.dosbox_node("172.16.0.5", 5000)
     d = sw.handle(data(remote, hops=15), PEER, 0.0)
@@ -140,7 +207,7 @@ def test_hop_limit_still_ends_loops_between_bridges() -> None:
 def test_unicast_goes_to_owner_only() -> None:
     sw = make()
     for addr in (A, B, C):
-        register(sw, addr)
+        join(sw, addr)
     d = sw.handle(data(node(A), dst=node(C)), A, 1.0)
     assert (d.outcome, d.detail, d.targets) == (Outcome.FORWARDED, "unicast", (C,))
 
@@ -156,7 +223,7 @@ def test_unknown_unicast_never_reaches_dosbox_clients() -> None:
 
 
 def test_unknown_unicast_goes_to_peers_only_marked_flooded() -> None:
-    sw = make(peers=(PEER, PEER2))
+    sw = make((PEER, PEER2))
     for addr in (A, B):
         register(sw, addr)
     d = sw.handle(data(node(A), dst=b"\x01\x02\x03\x04\x05\x06"), A, 1.0)
@@ -177,21 +244,21 @@ def test_spoofed_source_node_is_dropped() -> None:
 
 def test_filtered_sockets_are_not_relayed_by_default_and_can_be_enabled() -> None:
     sw = make()
-    register(sw, A)
-    register(sw, B)
+    join(sw, A)
+    join(sw, B)
     for sock in (0x0451, 0x0452, 0x0453, 0x0455, 0x0551, 0x0553, 0x900F, 0x9010):
         d = sw.handle(data(node(A), sock=sock), A, 1.0)
         assert (d.outcome, d.detail) == (Outcome.DROPPED, "filtered_socket")
     open_sw = make(filtered_sockets=frozenset())
-    register(open_sw, A)
-    register(open_sw, B)
+    join(open_sw, A)
+    join(open_sw, B)
     assert open_sw.handle(data(node(A), sock=0x0455), A, 1.0).outcome is Outcome.FORWARDED
 
 
 def test_broadcast_ping_is_answered_by_the_bridge_and_forwarded() -> None:
     sw = make()
-    register(sw, A)
-    register(sw, B)
+    join(sw, A)
+    join(sw, B)
     d = sw.handle(ipx.build_ping(node(A)), A, 1.0)
     assert d.outcome is Outcome.FORWARDED
     assert d.targets == (B,)
@@ -210,7 +277,7 @@ def test_lone_client_ping_still_gets_the_bridge_answer() -> None:
 
 
 def test_keepalive_to_idle_clients_and_reply_consumed() -> None:
-    sw = make(keepalive_interval=5.0)
+    sw = make(keepalive_interval=5.0, **BASE_BUDGET)  # a probe needs a budget to go out
     register(sw, A, now=0.0)
     assert sw.tick(0.9) == []  # the registration reply must not be overtaken
     out = sw.tick(1.0)  # a new client is probed after 1 s, so a real one verifies quickly
@@ -230,25 +297,41 @@ def test_keepalive_to_idle_clients_and_reply_consumed() -> None:
 
 def test_silent_client_gets_bounded_probes_and_stays_until_idle_timeout() -> None:
     # IPXWrapper never answers socket-2 pings and sends no keepalive (protocols.md 6): it
-    # must stay registered (the old switch dropped it after 3 probes, ~20 s).
-    sw = make(keepalive_interval=5.0, unverified_probes=3, idle_timeout=600.0)
-    register(sw, A, now=0.0)
-    sent = 0
-    t = 0.0
-    while t < 599:
-        t += 1.0
-        sent += len(sw.tick(t))
-    assert A in sw.clients
-    assert sent == 3  # a spoofed registration still draws a bounded number of keepalives
-    sw.tick(600.5)
-    assert A not in sw.clients
-    assert [e.kind for e in sw.pop_events()] == ["registered", "expired"]
+    # must stay registered (the old switch dropped it after 3 probes, ~20 s). With no base
+    # budget (the default) it is not probed at all: a probe would be more than it sent.
+    for budget, probes in (({}, 0), (BASE_BUDGET, 3)):
+        sw = make(keepalive_interval=5.0, unverified_probes=3, idle_timeout=600.0, **budget)
+        register(sw, A, now=0.0)
+        sent = 0
+        t = 0.0
+        while t < 599:
+            t += 1.0
+            sent += len(sw.tick(t))
+        assert A in sw.clients
+        assert sent == probes  # a spoofed registration draws a bounded number of keepalives
+        sw.tick(600.5)
+        assert A not in sw.clients
+        assert [e.kind for e in sw.pop_events()] == ["registered", "expired"]
+
+
+def test_a_client_earns_its_probe_with_what_it_sends() -> None:
+    # Address nodes prove nothing; with no base budget the probe is paid by the client's own
+    # packet (30 bytes or more, like the probe), and the answer verifies it.
+    sw = make(node_assignment="address", keepalive_interval=5.0)
+    register(sw, A)
+    assert sw.tick(1.0) == []  # nothing earned: the registration paid for its reply
+    sw.handle(data(address_node(A), payload=b"game"), A, 1.5)
+    assert not sw.clients[A].verified  # its node is predictable: the packet proves nothing
+    assert sw.tick(2.0) == [(ipx.build_ping(sw.clients[A].nonce), A)]
+    verify(sw, A, 2.1)
 
 
 def test_silent_dplay_host_answers_an_enumeration_60_s_after_registering() -> None:
     # Stands in for a DirectPlay host behind IPXWrapper: registers, never answers the
     # keepalives, then answers the EnumSessions it receives 60 s later (protocols.md 1.9, 6).
-    sw = make(keepalive_interval=5.0)
+    # Only a base budget gets the enumeration to it (the defaults send it nothing); its
+    # answer carries its keyed node, which verifies it.
+    sw = make(keepalive_interval=5.0, **BASE_BUDGET)
     host, player = A, B
     register(sw, host, now=0.0)
     for t in range(1, 61):
@@ -260,7 +343,22 @@ def test_silent_dplay_host_answers_an_enumeration_60_s_after_registering() -> No
     reply = data(node(host), dst=node(player), sock=0x4002, payload=b"play\x01\x00")
     d = sw.handle(reply, host, 60.6)
     assert (d.outcome, d.detail, d.targets) == (Outcome.FORWARDED, "unicast", (player,))
-    assert sw.clients[host].verified is False  # data proves nothing: it may be spoofed
+    assert sw.clients[host].verified is True  # only our reply told it that node
+
+
+def test_with_the_defaults_a_silent_host_gets_nothing_until_it_speaks() -> None:
+    # What the defaults give up (README): an enumeration to a host that never sent anything
+    # is held, not sent, and counted. Once the host sends a packet it is verified.
+    sw = make()
+    host, player = A, B
+    register(sw, host)
+    join(sw, player, 1.0)
+    enum = data(node(player), sock=0xA57F, payload=b"play\x02\x00\x0e\x00" + bytes(24))
+    d = sw.handle(enum, player, 2.0)
+    assert (d.outcome, d.detail, d.held) == (Outcome.DROPPED, "unverified_budget", 1)
+    sw.handle(data(node(host), payload=b"host here"), host, 3.0)
+    assert sw.clients[host].verified
+    assert sw.handle(enum, player, 4.0).targets == (host,)
 
 
 def test_unverified_client_is_sent_only_its_budget_and_the_rest_is_counted() -> None:
@@ -287,7 +385,7 @@ def test_unverified_client_is_sent_only_its_budget_and_the_rest_is_counted() -> 
     assert got_b == 8 - 1 + 4  # the rest of the burst, then 4/s over the second
     assert held == 129 - got_b
     # bytes are bounded as well: a 1424-byte packet fits the byte burst once, not twice
-    sw2 = make()
+    sw2 = make(**{**BASE_BUDGET, "unverified_credit_ratio": 1.0})  # the reply uses it all
     register(sw2, A)
     register(sw2, B)
     verify(sw2, A)
@@ -332,8 +430,8 @@ def test_max_clients_is_enforced() -> None:
 
 
 def test_peer_needs_no_registration_and_nodes_are_learned() -> None:
-    sw = make(peers=(PEER,))
-    register(sw, A)
+    sw = make((PEER,))
+    join(sw, A)
     remote = ipx.dosbox_node("172.16.0.5", 5000)
     d = sw.handle(data(remote), PEER, 1.0)
     assert (d.outcome, d.targets) == (Outcome.FORWARDED, (A,))
@@ -343,14 +441,14 @@ def test_peer_needs_no_registration_and_nodes_are_learned() -> None:
 
 
 def test_rfc1234_node_of_a_peer_routes_to_it() -> None:
-    sw = make(peers=(PEER, PEER2))
+    sw = make((PEER, PEER2))
     register(sw, A)
     d = sw.handle(data(node(A), dst=ipx.rfc1234_node(PEER2[0])), A, 1.0)
     assert d.targets == (PEER2,)
 
 
 def test_learned_node_expires() -> None:
-    sw = make(peers=(PEER, PEER2), learned_node_ttl=300.0)
+    sw = make((PEER, PEER2), learned_node_ttl=300.0)
     register(sw, A)
     remote = ipx.dosbox_node("172.16.0.5", 5000)
     sw.handle(data(remote), PEER, 0.0)
@@ -361,13 +459,13 @@ def test_learned_node_expires() -> None:
 
 
 def test_registration_from_a_peer_is_refused() -> None:
-    sw = make(peers=(PEER,))
+    sw = make((PEER,))
     d = sw.handle(ipx.build_registration(), PEER, 0.0)
     assert (d.outcome, d.detail) == (Outcome.DROPPED, "unexpected_registration")
 
 
 def test_own_client_node_coming_back_from_a_peer_is_a_loop() -> None:
-    sw = make(peers=(PEER,))
+    sw = make((PEER,))
     register(sw, A)
     register(sw, B)
     d = sw.handle(data(node(A), hops=2), PEER, 1.0)
@@ -375,7 +473,7 @@ def test_own_client_node_coming_back_from_a_peer_is_a_loop() -> None:
 
 
 def test_duplicate_via_other_port_dropped_same_port_repeats_pass() -> None:
-    sw = make(peers=(PEER, PEER2), dedup_window=2.0)
+    sw = make((PEER, PEER2), dedup_window=2.0)
     register(sw, A)
     remote = ipx.dosbox_node("172.16.0.5", 5000)
     first = data(remote, hops=1)
@@ -390,8 +488,8 @@ def test_duplicate_via_other_port_dropped_same_port_repeats_pass() -> None:
 
 def test_hop_byte_from_a_client_never_drops() -> None:
     sw = make()
-    register(sw, A)
-    register(sw, B)
+    join(sw, A)
+    join(sw, B)
     for hops in (15, 16, 0xFF):
         d = sw.handle(data(node(A), hops=hops, payload=bytes([hops])), A, 0.0)
         assert (d.outcome, d.targets) == (Outcome.FORWARDED, (B,)), hops
@@ -405,7 +503,7 @@ def test_malformed_is_dropped_with_codec_reason() -> None:
 
 
 def test_unicast_to_a_port_on_the_ingress_is_dropped() -> None:
-    sw = make(peers=(PEER,))
+    sw = make((PEER,))
     register(sw, A)
     remote = ipx.dosbox_node("172.16.0.5", 5000)
     sw.handle(data(remote), PEER, 0.0)
@@ -413,18 +511,46 @@ def test_unicast_to_a_port_on_the_ingress_is_dropped() -> None:
     assert (d.outcome, d.detail) == (Outcome.DROPPED, "destination_on_ingress")
 
 
-def test_client_known_before_rejoins_without_registration() -> None:
+def test_client_known_before_rejoins_without_registration_verified() -> None:
     sw = make()
-    register(sw, B)
-    # A never registered with this switch (e.g. the bridge restarted) but its packet carries
-    # exactly the node this bridge assigns to A's address.
+    join(sw, B)
+    sw.pop_events()
+    # A never registered with this switch (the bridge restarted: same key, so the same
+    # nodes) but its packet carries exactly the node this bridge assigns to A's address.
+    # Only a receiver of our earlier reply knows it: A is back, verified.
     d = sw.handle(data(node(A)), A, 1.0)
     assert (d.outcome, d.targets, d.replies) == (Outcome.FORWARDED, (B,), ())
+    assert sw.clients[A].verified
+    assert [e.kind for e in sw.pop_events()] == ["rejoined", "verified"]
+    d = sw.handle(data(node(B), payload=b"to A"), B, 1.1)
+    assert (d.outcome, d.targets, d.held) == (Outcome.FORWARDED, (A,), 0)
+
+
+def test_a_rejoin_with_any_other_node_is_refused() -> None:
+    # A spoofer knows the victim's address, not its keyed node: the DOSBox convention,
+    # another client's node, the node of another address or port, a guess: all refused.
+    sw = make()
+    join(sw, B)
+    victim: Address = ("10.0.0.99", 5000)
+    for guess in (
+        address_node(victim),
+        node(B),
+        node(("10.0.0.99", 5001)),
+        node(("10.0.0.98", 5000)),
+        b"\x02" + bytes(5),
+        b"\x01" * 6,
+    ):
+        d = sw.handle(data(guess), victim, 1.0)
+        assert (d.outcome, d.detail, d.replies) == (Outcome.DROPPED, "unregistered", ()), guess
+    assert list(sw.clients) == [B]
+
+
+def test_with_address_nodes_a_rejoin_stays_unverified() -> None:
+    sw = make(node_assignment="address")
+    d = sw.handle(data(address_node(A)), A, 1.0)
+    assert (d.outcome, d.detail) == (Outcome.DROPPED, "no_destination")
     assert A in sw.clients
-    assert "rejoined" in [e.kind for e in sw.pop_events()]
-    # any other node from an unknown address is still refused
-    d = sw.handle(data(b"\x01" * 6), C, 1.0)
-    assert (d.outcome, d.detail) == (Outcome.DROPPED, "unregistered")
+    assert not sw.clients[A].verified  # anyone can compute that node
 
 
 def test_rejoin_can_be_disabled() -> None:
@@ -435,10 +561,10 @@ def test_rejoin_can_be_disabled() -> None:
 
 def test_broadcast_targets_follow_membership_changes() -> None:
     sw = make()
-    register(sw, A)
-    register(sw, B)
+    join(sw, A)
+    join(sw, B)
     assert sw.handle(data(node(A), payload=b"1"), A, 1.0).targets == (B,)
-    register(sw, C, now=1.1)
+    join(sw, C, now=1.1)
     assert set(sw.handle(data(node(A), payload=b"2"), A, 1.2).targets) == {B, C}
     sw.handle(ipx.build_shutdown(node(B)), B, 1.3)
     assert sw.handle(data(node(A), payload=b"3"), A, 1.4).targets == (C,)
@@ -446,7 +572,7 @@ def test_broadcast_targets_follow_membership_changes() -> None:
 
 def test_clients_allow_keeps_strangers_out_but_not_peers() -> None:
     sw = make((PEER,), clients_allow=(IPv4Network("10.0.0.10/31"), IPv4Network("10.0.0.12/32")))
-    register(sw, B)  # 10.0.0.12, allowed by its /32
+    join(sw, B)  # 10.0.0.12, allowed by its /32
     outsider: Address = ("10.0.0.13", 40003)  # C: outside both networks
     for packet in (ipx.build_registration(), data(node(outsider))):  # register, then rejoin
         d = sw.handle(packet, outsider, 1.0)
@@ -475,40 +601,48 @@ def test_narrowing_clients_allow_on_reload_drops_clients_outside_it() -> None:
 # --- issue 11 item 1: spoofed DOSBox sources (reliability.md R7) ------------------------------
 
 
-def test_a_spoofed_rejoin_stays_unverified_until_the_nonce_comes_back() -> None:
+def test_a_spoofed_rejoin_with_address_nodes_stays_unverified_until_the_nonce_comes_back() -> None:
     # One spoofed packet carrying the node the bridge assigns to a victim's address used to
-    # subscribe the victim to every broadcast, verified, until idle_timeout.
-    sw = make()
-    register(sw, A)
-    verify(sw, A)
+    # subscribe the victim to every broadcast, verified, until idle_timeout. With address
+    # nodes anyone can compute that node; with keyed nodes it is refused (above).
+    sw = make(node_assignment="address")
+    join_by_probe(sw, A)
     victim: Address = ("10.0.0.99", 5000)
-    d = sw.handle(data(node(victim), payload=b"spoofed"), victim, 1.0)
+    d = sw.handle(data(address_node(victim), payload=b"spoofed"), victim, 1.0)
     assert d.outcome is Outcome.FORWARDED  # the game traffic itself is passed on
     assert sw.clients[victim].verified is False
     # answers that do not carry the nonce prove nothing
     for wrong in (SERVER_NODE, ipx.ZERO_NODE, b"\x00\x00\x00\x00\x00\x01"):
-        sw.handle(ipx.build_ping_reply(wrong, node(victim)), victim, 1.5)
+        sw.handle(ipx.build_ping_reply(wrong, address_node(victim)), victim, 1.5)
         assert sw.clients[victim].verified is False
-    probes = [p for p, to in sw.tick(2.0) if to == victim]
+    probes = [p for p, to in sw.tick(2.0) if to == victim]  # paid by what it sent
     assert probes == [ipx.build_ping(sw.clients[victim].nonce)]
     verify(sw, victim, 2.1)
 
 
 def test_nonces_come_from_the_injected_source() -> None:
     drawn = iter([b"\xaa" * 6, b"\xbb" * 6])
-    sw = IpxSwitch(SwitchSettings(), (), lambda _a: SERVER_NODE, lambda n: next(drawn)[:n])
+    sw = IpxSwitch(
+        SwitchSettings(), (), lambda _a: SERVER_NODE, lambda n: next(drawn)[:n], node_for=NODE_FOR
+    )
     register(sw, A)
     register(sw, B)
     assert (sw.clients[A].nonce, sw.clients[B].nonce) == (b"\xaa" * 6, b"\xbb" * 6)
 
 
+def test_without_node_for_the_switch_keys_nodes_from_its_random_source() -> None:
+    sw = IpxSwitch(SwitchSettings(), (), lambda _a: SERVER_NODE, lambda n: b"\x07" * n)
+    assert register(sw, A) == ipx.keyed_node(b"\x07" * 32, *A)
+    plain = IpxSwitch(SwitchSettings(node_assignment="address"))
+    assert register(plain, A) == ipx.dosbox_node(*A)
+
+
 def test_spoofed_registrations_cannot_lock_out_real_players() -> None:
     sw = make(max_clients=4, max_unverified=16, max_unverified_per_ip=4)
     for addr in (A, B, C):
-        register(sw, addr)
-        verify(sw, addr)
+        join(sw, addr)
     refused = 0
-    for i in range(1000):  # 250 spoofed addresses x 4 ports, none answers a probe
+    for i in range(1000):  # 1,000 spoofed addresses; none ever sends a packet with its node
         spoofed = (f"198.51.{i // 250}.{i % 250 + 1}", 1024 + i)
         d = sw.handle(ipx.build_registration(), spoofed, i / 1000)
         refused += d.detail == "unverified_full"
@@ -516,23 +650,40 @@ def test_spoofed_registrations_cannot_lock_out_real_players() -> None:
     assert len(sw.clients) == 3 + 16  # the unverified table is bounded on its own
     assert refused == 1000 - 16
     assert all(sw.clients[a].verified for a in (A, B, C))  # nobody real was pushed out
-    # A real player arriving during the flood gets in: the spoofed entries have left their
-    # first probe unanswered, so one makes room, and the newcomer answers its probe.
-    sw.tick(1.1)  # their first probes (1 s after registering); none is answered
+    # A real player arriving during the flood gets in: the spoofed entries had their time to
+    # prove themselves (no probe was paid for: a second past when it was due), so one makes
+    # room, and the newcomer's first packet carries its keyed node.
     player: Address = ("10.0.0.50", 6000)
     assert register(sw, player, now=2.2) == node(player)
-    verify(sw, player, 2.3)
+    sw.handle(data(node(player), payload=b"hello"), player, 2.3)
     assert sum(c.verified for c in sw.clients.values()) == 4
     assert "evicted" in [e.kind for e in sw.pop_events()]
 
 
-def test_one_address_cannot_fill_the_unverified_table() -> None:
+def test_a_full_address_makes_room_with_its_oldest_unverified_client() -> None:
+    # Players behind one NAT share its address; IPXWrapper hosts that never speak stay
+    # unverified. The newest registration from an address at max_unverified_per_ip replaces
+    # that address's oldest unverified client, never a verified one, never another address's.
     sw = make(max_unverified=64, max_unverified_per_ip=4)
+    nat = "10.0.0.66"
+    player: Address = (nat, 1999)
+    join(sw, player)  # verified: not counted against the address's unverified clients
+    register(sw, A)
+    sw.pop_events()
     reasons = [
-        sw.handle(ipx.build_registration(), ("10.0.0.66", 2000 + i), 0.0).detail for i in range(10)
+        sw.handle(ipx.build_registration(), (nat, 2000 + i), float(i)).detail for i in range(10)
     ]
-    assert reasons == ["registration"] * 4 + ["unverified_full"] * 6
-    assert register(sw, A) == node(A)  # another address is not affected
+    assert reasons == ["registration"] * 10  # nobody locked out
+    assert sorted(a for a in sw.clients if a[0] == nat) == [player] + [
+        (nat, 2000 + i) for i in range(6, 10)
+    ]
+    evicted = [(e.kind, e.addr) for e in sw.pop_events() if e.kind == "evicted"]
+    assert evicted == [("evicted", (nat, 2000 + i)) for i in range(6)]  # oldest first
+    assert A in sw.clients  # another address is not affected
+    # an evicted client that was real rejoins with its first packet (its keyed node)
+    d = sw.handle(data(node((nat, 2000)), payload=b"back"), (nat, 2000), 20.0)
+    assert d.outcome is Outcome.FORWARDED
+    assert sw.clients[(nat, 2000)].verified
 
 
 def test_registration_from_udp_port_0_is_refused() -> None:
@@ -541,34 +692,44 @@ def test_registration_from_udp_port_0_is_refused() -> None:
     assert (d.outcome, d.detail, d.replies) == (Outcome.DROPPED, "source_port_zero", ())
 
 
+def test_an_ipxwrapper_client_is_verified_by_its_first_packet() -> None:
+    # IPXWrapper never answers pings, but it sends from the node our reply gave it.
+    sw = make()
+    join(sw, A)
+    register(sw, B)
+    d = sw.handle(data(node(B), payload=b"ipxwrapper plays"), B, 1.0)
+    assert (d.outcome, d.targets) == (Outcome.FORWARDED, (A,))
+    assert sw.clients[B].verified
+    assert sw.handle(data(node(A), payload=b"everything now"), A, 1.1).targets == (B,)
+
+
 def test_an_unverified_client_that_plays_earns_what_it_sends() -> None:
-    # IPXWrapper never answers pings, so it never verifies; while it plays, each packet it
-    # sends lets it receive unverified_credit_ratio times as much (an N-player game sends
-    # each player N - 1 copies of what that player sends).
-    sw = make(unverified_credit_ratio=16.0)
-    register(sw, A)
-    verify(sw, A)
+    # With address nodes an IPXWrapper host (it never answers pings) never verifies; while it
+    # plays, each packet it sends lets it receive unverified_credit_ratio times as much (an
+    # N-player game sends each player N - 1 copies of what that player sends).
+    sw = make(node_assignment="address", unverified_credit_ratio=16.0)
+    join_by_probe(sw, A)
     register(sw, B)  # never answers a probe
     got = sent_by_b = 0
     for tick in range(100):  # 10 s: B sends 2 packets/s, A sends 20/s (a 10-player game)
-        now = tick / 10
+        now = 1 + tick / 10
         if tick % 5 == 0:
-            sw.handle(data(node(B), payload=b"b%d" % tick), B, now)
+            sw.handle(data(address_node(B), payload=b"b%d" % tick), B, now)
             sent_by_b += 1
         for k in range(2):
-            d = sw.handle(data(node(A), payload=b"a%d.%d" % (tick, k)), A, now)
+            d = sw.handle(data(address_node(A), payload=b"a%d.%d" % (tick, k)), A, now)
             got += B in d.targets
     assert sw.clients[B].verified is False
-    assert got == 200  # everything: 10x what it sends is within 16x plus the base budget
+    assert got == 200  # everything: 10x what it sends is within 16x
     assert sent_by_b == 20
 
 
 def test_a_receiver_kept_busy_by_broadcasts_still_gets_its_probe() -> None:
-    # The budget's tokens all go to broadcasts at a high rate; the probe must still go out,
-    # or a real DOSBox client under load could never verify (found by bench/soak.py).
-    sw = make()
-    register(sw, A)
-    verify(sw, A)
+    # With a base budget the budget's tokens all go to broadcasts at a high rate; the probe
+    # must still go out, or a real DOSBox client under load could never verify (found by
+    # bench/soak.py).
+    sw = make(**BASE_BUDGET)
+    join(sw, A)
     register(sw, B)
     probes = []
     for i in range(2000):  # 1,000 broadcasts a second for 2 s
@@ -578,25 +739,52 @@ def test_a_receiver_kept_busy_by_broadcasts_still_gets_its_probe() -> None:
     assert probes == [ipx.build_ping(sw.clients[B].nonce)]
 
 
-def test_strict_settings_send_an_unproven_address_no_more_than_it_sent() -> None:
-    # unverified budget 0 and credit ratio 1 (README): bytes out <= bytes in, probes included
-    sw = make(
-        unverified_packets_per_second=0,
-        unverified_packet_burst=0,
-        unverified_bytes_per_second=0,
-        unverified_byte_burst=0,
-        unverified_credit_ratio=1.0,
-    )
-    register(sw, A)
-    verify(sw, A)
+def test_a_spoofed_rejoin_with_address_nodes_gets_no_more_than_it_sent() -> None:
+    # the default budget (0, credit ratio 1): bytes out <= bytes in, probes included
+    sw = make(node_assignment="address")
+    join_by_probe(sw, A)
     victim: Address = ("10.0.0.99", 5000)
-    spoofed = data(node(victim), payload=b"x" * 30)
+    spoofed = data(address_node(victim), payload=b"x" * 30)
     received = len(spoofed)
     sent = 0
-    d = sw.handle(spoofed, victim, 0.0)  # a spoofed rejoin
+    d = sw.handle(spoofed, victim, 1.0)  # a spoofed rejoin
     for i in range(600):
-        now = i / 10
-        d = sw.handle(data(node(A), payload=i.to_bytes(2, "big") * 20), A, now)
+        now = 1 + i / 10
+        d = sw.handle(data(address_node(A), payload=i.to_bytes(2, "big") * 20), A, now)
         sent += len(d.packet or b"") if victim in d.targets else 0
         sent += sum(len(p) for p, to in sw.tick(now) if to == victim)
     assert 0 < sent <= received
+
+
+def test_spoofed_registrations_get_no_more_than_they_sent() -> None:
+    # Registrations spoofed as a victim (one address, many ports, again and again) while a
+    # verified player broadcasts for a minute: the victim gets its registration replies,
+    # each the size of the registration it answers, and nothing else: no probe, no game.
+    sw = make()
+    join(sw, A)
+    victim_ip = "10.0.0.99"
+    received = sent = 0
+    for i in range(600):
+        now = 1 + i / 10
+        registration = ipx.build_registration()
+        d = sw.handle(registration, (victim_ip, 5000 + i % 40), now)
+        received += len(registration)
+        sent += sum(len(p) for p, to in d.replies)
+        d = sw.handle(data(node(A), payload=i.to_bytes(2, "big") * 200), A, now)
+        sent += sum(len(d.packet or b"") for to in d.targets if to in sw.clients and to != A)
+        sent += sum(len(p) for p, to in sw.tick(now) if to != A)
+    assert sent <= received
+    assert sent > 0  # the replies themselves
+
+
+def test_the_registration_reply_is_paid_from_the_registration() -> None:
+    sw = make()
+    register(sw, B)
+    budget = sw.clients[B].budget
+    assert budget is not None
+    assert (budget.packets, budget.bytes_left) == (0, 0)  # earned 30 bytes, spent 30
+    register(sw, B, 1.0)  # a lost reply: asked again, answered again, paid again
+    assert (budget.packets, budget.bytes_left) == (0, 0)
+    # and with no credit at all (ratio 0) the reply still goes: no larger than what came
+    sw0 = make(unverified_credit_ratio=0.0)
+    assert register(sw0, B) == node(B)

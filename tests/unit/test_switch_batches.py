@@ -34,7 +34,7 @@ from ipxbridge.policy.switch import (
     SwitchSettings,
 )
 from ipxbridge.wire.errors import WIRE_REASONS
-from tests.unit.test_switch import SERVER_NODE, node, register, verify
+from tests.unit.test_switch import NODE_FOR, SERVER_NODE, node, register, verify
 
 # protocols.md 3.1: checksum, length, transport control, type, dst net/node/socket,
 # src net/node/socket; big-endian.
@@ -87,6 +87,7 @@ def switch(**kw: object) -> IpxSwitch:
         lambda _addr: SERVER_NODE,
         segments=(ETH0, WRAP, RFC),
         bridge_id=bytes.fromhex("020000000005"),
+        node_for=NODE_FOR,
     )
     sw.udp_segment_for = lambda ip: RFC if ip.startswith("10.70.0.") else None
     for addr in (A, B):
@@ -279,7 +280,9 @@ def test_duplicates_inside_and_across_batches_are_dropped() -> None:
 
 
 def test_the_unverified_budget_is_spent_per_packet() -> None:
-    sw = switch(unverified_packet_burst=2, unverified_packets_per_second=0.0)
+    sw = switch(
+        unverified_packet_burst=2, unverified_packets_per_second=0.0, unverified_byte_burst=4096
+    )
     register(sw, C)  # C has not proved it receives: two packets, then nothing
     inner = [raw(BROADCAST, node(A), bytes((i,))) for i in range(4)]
     d = sw.handle(batch(node(A), inner), A, 1.0)

@@ -21,7 +21,7 @@ from ipxbridge.policy.switch import (
 from ipxbridge.wire import ipx
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ethernet import Framing
-from tests.unit.test_switch import SERVER_NODE, node, register, verify
+from tests.unit.test_switch import NODE_FOR, SERVER_NODE, join, node
 
 ETH0 = Segment("eth0", PortKind.ETHERNET)
 WRAP = Segment("wg0", PortKind.IPXWRAPPER)
@@ -48,11 +48,11 @@ def switch(*, peers: tuple[Address, ...] = (PEER,), clients: bool = True) -> Ipx
         lambda _addr: SERVER_NODE,
         segments=(ETH0, WRAP, RFC),
         bridge_id=ME,
+        node_for=NODE_FOR,
     )
     if clients:
         for addr in (A, B):
-            register(sw, addr)
-            verify(sw, addr)
+            join(sw, addr)
     return sw
 
 
@@ -140,10 +140,10 @@ def keyed(*, peers: tuple[Address, ...] = (PEER,)) -> IpxSwitch:
         segments=(ETH0, WRAP, RFC),
         bridge_id=ME,
         beacon_key=KEY,
+        node_for=NODE_FOR,
     )
     for addr in (A, B):
-        register(sw, addr)
-        verify(sw, addr)
+        join(sw, addr)
     return sw
 
 
