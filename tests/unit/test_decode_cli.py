@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ipxbridge.decode import decode_hex, decode_pcap
+from ipxbridge.commands.decode import decode_hex, decode_pcap
 from ipxbridge.games import game_table, parse_guid
 from ipxbridge.wire.directplay import (
     EnumSessionsReply,

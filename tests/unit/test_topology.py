@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ipxbridge.interfaces_cmd import NO_PEERS, describe, render_json, render_text
+from ipxbridge.commands.interfaces import NO_PEERS, describe, render_json, render_text
 from ipxbridge.policy.relay import Selection, build_plan
 from ipxbridge.policy.topology import (
     ARPHRD_ETHER,

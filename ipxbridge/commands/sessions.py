@@ -1,12 +1,23 @@
 """``ipxbridge sessions``: the game list of a running bridge, or a one-off probe."""
 
+import argparse
 import asyncio
 import json
+import sys
 import time
 import urllib.error
 import urllib.request
 from typing import Any
 
+from ipxbridge.commands.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    SubParsers,
+    add_command,
+    iface_arg,
+    report,
+)
 from ipxbridge.errors import StartupError
 from ipxbridge.games import game_table
 from ipxbridge.io.interfaces import select_ipv4
@@ -92,3 +103,52 @@ def render_table(sessions: list[Json]) -> str:
     return "".join(
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows
     )
+
+
+def add_parser(sub: SubParsers) -> None:
+    """Register ``sessions``."""
+    parser = add_command(sub, "sessions", run, summary="list DirectPlay game sessions")
+    parser.add_argument("--json", action="store_true", help="JSON list")
+    parser.add_argument(
+        "--url",
+        default="http://127.0.0.1:9213",
+        help="HTTP API of the running bridge (default %(default)s)",
+    )
+    parser.add_argument(
+        "--probe", action="store_true", help="probe directly instead of asking a running bridge"
+    )
+    parser.add_argument(
+        "--iface",
+        type=iface_arg,
+        action="append",
+        default=[],
+        metavar="IF",
+        help="interface (name, glob or CIDR) to probe on, repeatable",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="how long to collect answers when probing (default 3)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Ask the running bridge (or probe), then print a table or JSON."""
+    try:
+        if args.probe:
+            if not args.iface:
+                report(["sessions --probe needs at least one --iface"])
+                return EXIT_USAGE
+            items = asyncio.run(probe_sessions(args.iface, args.timeout))
+        else:
+            items = fetch_sessions(args.url)
+    except StartupError as exc:
+        report([str(exc)])
+        return EXIT_USAGE if args.probe else EXIT_FAILURE
+    if args.json:
+        print(json.dumps(items, indent=1))
+    else:
+        sys.stdout.write(render_table(items))
+    return EXIT_OK

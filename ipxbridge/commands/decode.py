@@ -1,15 +1,26 @@
-"""Offline decoding for ``ipxbridge decode``: hex strings and capture files to JSON-able dicts.
+"""``ipxbridge decode``: hex strings and capture files decoded offline to JSON-able dicts.
 
 Every frame becomes one object with the keys ``ok``, ``error``, ``ipx`` and ``directplay``
 (issue 3 fixes these names; more keys are additions). Nothing here raises for bad input:
 a frame that does not decode has ``ok: false`` and the reason in ``error``.
 """
 
+import argparse
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from ipxbridge.io.capture import read_capture
+from ipxbridge.commands.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    SubParsers,
+    add_command,
+    report,
+)
+from ipxbridge.games import game_table
 from ipxbridge.policy.sessions import (
     dp4_lobby,
     dp8_lobby,
@@ -36,7 +47,7 @@ from ipxbridge.wire.directplay import (
 from ipxbridge.wire.dplay8 import is_dp8_port
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ipx import HEADER_LEN, IPX_UDP_PORT, IpxHeader, parse_header
-from ipxbridge.wire.pcap import Frame
+from ipxbridge.wire.pcap import Frame, PcapError
 
 Json = dict[str, Any]
 
@@ -271,6 +282,8 @@ def decode_pcap(data: bytes, games: Mapping[UUID, str]) -> list[Json]:
     Raises:
         PcapError: the file itself is unreadable (``reason`` in ``wire.pcap.PCAP_REASONS``).
     """
+    from ipxbridge.io.capture import read_capture  # noqa: PLC0415 - python-pcapng: light --help
+
     out: list[Json] = []
     for frame in read_capture(data):
         out.extend(decode_frame(frame, games))
@@ -308,3 +321,34 @@ def summary_line(item: Json) -> str:
             text += f" map={dp['map']!r}"
         parts.append(text)
     return f"{head}: " + ("; ".join(parts) or item.get("note", "not IPX or DirectPlay"))
+
+
+def add_parser(sub: SubParsers) -> None:
+    """Register ``decode``."""
+    parser = add_command(sub, "decode", run, summary="decode IPX / DirectPlay frames offline")
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--hex", metavar="HEX", help="one frame as hex (spaces allowed)")
+    src.add_argument("--pcap", type=Path, metavar="FILE", help="a capture file: pcap or pcapng")
+    parser.add_argument("--json", action="store_true", help="JSON list, one object per frame")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Decode, print (one line per frame, or JSON); exit 1 if a frame did not decode."""
+    games = game_table()
+    if args.hex is not None:
+        items = decode_hex(args.hex, games)
+    else:
+        try:
+            items = decode_pcap(args.pcap.read_bytes(), games)
+        except OSError as exc:
+            report([f"{args.pcap}: cannot read: {exc.strerror}"])
+            return EXIT_USAGE
+        except PcapError as exc:
+            report([f"{args.pcap}: {exc}"])
+            return EXIT_USAGE
+    if args.json:
+        print(json.dumps(items, indent=1))
+    else:
+        for item in items:
+            print(summary_line(item))
+    return EXIT_OK if all(i["ok"] for i in items) else EXIT_FAILURE
