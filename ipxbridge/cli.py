@@ -21,7 +21,7 @@ from ipxbridge.commands import (
     sessions,
     version,
 )
-from ipxbridge.commands.common import EXIT_USAGE, Handler
+from ipxbridge.commands.common import EXIT_USAGE, Handler, examples_text
 
 # In the order `ipxbridge --help` lists them.
 COMMANDS = (
@@ -41,6 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ipxbridge",
         description="IPX-over-UDP bridge for retro LAN games (RFC 1234 + DOSBox protocol).",
+        epilog=examples_text(
+            (
+                ("ipxbridge run", "the bridge on its embedded defaults"),
+                ("ipxbridge sessions", "the games the running bridge has seen"),
+                ("ipxbridge COMMAND --help", "the options of one command, and its examples"),
+            )
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"ipxbridge {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

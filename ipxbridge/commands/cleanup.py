@@ -16,6 +16,13 @@ Remove the nftables table ip ipxbridge of this network namespace (the fast path 
 bridge killed before it could remove it keeps copying broadcasts). Run it with no bridge
 running here. Idempotent. Exit 0: removed or nothing to remove; 2: not permitted (run as
 root or with CAP_NET_ADMIN); 1: nft failed."""
+EXAMPLES = (
+    ("ipxbridge cleanup", "after a bridge was killed (kill -9, out of memory) on this box"),
+    (
+        "ip netns exec lan ipxbridge cleanup",
+        "the same for a bridge that ran in the network namespace lan",
+    ),
+)
 
 
 def add_parser(sub: SubParsers) -> None:
@@ -26,6 +33,7 @@ def add_parser(sub: SubParsers) -> None:
         run,
         summary="remove the kernel state a bridge that died left behind (needs CAP_NET_ADMIN)",
         description=DESCRIPTION,
+        examples=EXAMPLES,
     )
 
 

@@ -27,7 +27,7 @@ def add_command(
     handler: Handler,
     *,
     summary: str,
-    examples: Sequence[tuple[str, str]] = (),
+    examples: Sequence[tuple[str, str]],
     description: str = "",
 ) -> argparse.ArgumentParser:
     """Register one subcommand: its one-line summary, its handler, and examples to end --help.
@@ -44,7 +44,7 @@ def add_command(
         name,
         help=summary,
         description=description or summary,
-        epilog=examples_text(examples) if examples else None,
+        epilog=examples_text(examples),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.set_defaults(handler=handler)

@@ -51,6 +51,22 @@ from ipxbridge.wire.pcap import Frame, PcapError
 
 Json = dict[str, Any]
 
+EXAMPLES = (
+    (
+        "ipxbridge decode --hex 'ffff 001e 0004 00000000 ffffffffffff 4002 00000000 "
+        "020000000001 4002'",
+        "one frame given as hex: an IPX packet (UDP 213 payload) or a DirectPlay message",
+    ),
+    (
+        "ipxbridge decode --pcap lan-party.pcapng",
+        "every frame of a capture (tcpdump, Wireshark), one line each",
+    ),
+    (
+        "ipxbridge decode --pcap lan-party.pcap --json",
+        "the same as JSON: one object per frame with ok, error, ipx and directplay",
+    ),
+)
+
 
 def ipx_json(h: IpxHeader) -> Json:
     """The IPX header as JSON."""
@@ -325,7 +341,9 @@ def summary_line(item: Json) -> str:
 
 def add_parser(sub: SubParsers) -> None:
     """Register ``decode``."""
-    parser = add_command(sub, "decode", run, summary="decode IPX / DirectPlay frames offline")
+    parser = add_command(
+        sub, "decode", run, summary="decode IPX / DirectPlay frames offline", examples=EXAMPLES
+    )
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--hex", metavar="HEX", help="one frame as hex (spaces allowed)")
     src.add_argument("--pcap", type=Path, metavar="FILE", help="a capture file: pcap or pcapng")

@@ -74,6 +74,17 @@ from ipxbridge.wire.ipxwrapper import IPXWRAPPER_UDP_PORT
 EVERY_INTERFACE: Final = "*"  # the preview selection when the relay is off
 NO_PEERS: Final = "p2p: no peers known — nothing would be sent; give peers in the config"
 FEW_EGRESSES: Final = "the relay needs at least two usable interfaces"
+EXAMPLES: Final = (
+    ("ipxbridge interfaces", "every interface, and what the relay would do with --iface '*'"),
+    (
+        "ipxbridge interfaces --iface eth0 --iface wg0",
+        "the plan `ipxbridge run --iface eth0 --iface wg0` would execute, and why not elsewhere",
+    ),
+    (
+        "ipxbridge interfaces --config /etc/ipxbridge/config.yaml --json",
+        "the relay's and the IPX ports' plans for a configuration file, as JSON",
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +153,7 @@ def add_parser(sub: SubParsers) -> None:
         "interfaces",
         run,
         summary="list interfaces, the broadcast relay's plan and the IPX ports on them",
+        examples=EXAMPLES,
     )
     parser.add_argument(
         "--config",

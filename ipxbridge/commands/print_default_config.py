@@ -6,11 +6,23 @@ import sys
 from ipxbridge.commands.common import EXIT_OK, SubParsers, add_command
 from ipxbridge.config import DEFAULT_CONFIG_YAML
 
+EXAMPLES = (
+    ("ipxbridge print-default-config", "what `ipxbridge run` uses without --config"),
+    (
+        "ipxbridge print-default-config > /etc/ipxbridge/config.yaml",
+        "a commented file to edit, then: ipxbridge run --config /etc/ipxbridge/config.yaml",
+    ),
+)
+
 
 def add_parser(sub: SubParsers) -> None:
     """Register ``print-default-config``."""
     add_command(
-        sub, "print-default-config", run, summary="print the embedded default configuration"
+        sub,
+        "print-default-config",
+        run,
+        summary="print the embedded default configuration",
+        examples=EXAMPLES,
     )
 
 

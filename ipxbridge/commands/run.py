@@ -22,6 +22,22 @@ from ipxbridge.config import ConfigError, load_config
 from ipxbridge.errors import StartupError
 from ipxbridge.obs.logging import setup_logging
 
+EXAMPLES = (
+    (
+        "ipxbridge run",
+        "the embedded defaults: IPX tunnel on udp 0.0.0.0:213, status page on "
+        "http://127.0.0.1:9213/",
+    ),
+    (
+        "ipxbridge run --ipx-listen 127.0.0.1:21300 --metrics-listen 127.0.0.1:9300",
+        "a try-out without root: both on loopback, on unprivileged ports",
+    ),
+    (
+        "ipxbridge run --config /etc/ipxbridge/config.yaml --iface eth0 --iface wg0",
+        "a configuration file, and relay game broadcasts between a LAN and a WireGuard VPN",
+    ),
+)
+
 
 def add_parser(sub: SubParsers) -> None:
     """Register ``run``."""
@@ -30,6 +46,7 @@ def add_parser(sub: SubParsers) -> None:
         "run",
         run,
         summary="run the bridge (embedded defaults without --config)",
+        examples=EXAMPLES,
     )
     run_parser.add_argument("--config", type=Path, metavar="FILE", help="YAML configuration file")
     run_parser.add_argument(
@@ -87,7 +104,7 @@ def add_parser(sub: SubParsers) -> None:
         "--metrics-listen",
         type=listen_arg,
         metavar="ADDR:PORT|off",
-        help="HTTP API address (default 127.0.0.1:9213)",
+        help="HTTP address of the status page, /metrics and the API (default 127.0.0.1:9213)",
     )
     run_parser.add_argument(
         "--log-level",

@@ -28,6 +28,18 @@ from ipxbridge.policy.sessions import SessionTable, players_text, session_json, 
 
 Json = dict[str, Any]
 
+EXAMPLES = (
+    ("ipxbridge sessions", "the game list of the bridge running on this box"),
+    (
+        "ipxbridge sessions --url http://192.168.1.2:9213 --json",
+        "the game list of a bridge whose HTTP API listens there (http.listen), as JSON",
+    ),
+    (
+        "ipxbridge sessions --probe --iface eth0 --timeout 5",
+        "no bridge needed: ask the games on eth0's LAN directly with DirectPlay probes",
+    ),
+)
+
 
 def fetch_sessions(url: str, timeout: float = 5.0) -> list[Json]:
     """``GET {url}/api/sessions`` of a running bridge.
@@ -107,7 +119,9 @@ def render_table(sessions: list[Json]) -> str:
 
 def add_parser(sub: SubParsers) -> None:
     """Register ``sessions``."""
-    parser = add_command(sub, "sessions", run, summary="list DirectPlay game sessions")
+    parser = add_command(
+        sub, "sessions", run, summary="list DirectPlay game sessions", examples=EXAMPLES
+    )
     parser.add_argument("--json", action="store_true", help="JSON list")
     parser.add_argument(
         "--url",
