@@ -209,11 +209,17 @@ def decode_ipx(data: bytes, games: Mapping[UUID, str]) -> Json:
 
 
 def looks_like_ipx(data: bytes) -> bool:
-    """Checksum 0xFFFF and a Length field equal to the size: an IPX packet (issue 3)."""
+    """Checksum 0xFFFF and a Length field of at least a header: an IPX packet.
+
+    The Length need not equal the size: one that does not is the IPX error ``bad_length``,
+    reported with both numbers. Read as DirectPlay instead, such a packet passed for a
+    DirectPlay 8 DFRAME (0xFF sets the data bit), which no game sends with every command
+    and control bit set.
+    """
     return (
         len(data) >= HEADER_LEN
         and data[:2] == b"\xff\xff"
-        and int.from_bytes(data[2:4], "big") == len(data)
+        and int.from_bytes(data[2:4], "big") >= HEADER_LEN
     )
 
 

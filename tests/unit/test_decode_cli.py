@@ -11,6 +11,7 @@ import pytest
 
 from ipxbridge.commands.decode import decode_hex, decode_pcap
 from ipxbridge.games import game_table, parse_guid
+from ipxbridge.wire import ipx
 from ipxbridge.wire.directplay import (
     EnumSessionsReply,
     SessionDesc,
@@ -169,6 +170,24 @@ def test_hex_dx5_reply_decodes() -> None:
 def test_hex_errors_are_reasons(text: str, error: str) -> None:
     (item,) = decode_hex(text, GAMES)
     assert (item["ok"], item["error"]) == (False, error)
+
+
+def test_hex_ipx_length_mismatch_is_an_error_with_the_reason() -> None:
+    """A 32-byte IPX packet whose Length says 30 is reported as such, not as DirectPlay."""
+    packet = ipx.build_packet(
+        dst_node=b"\xff" * 6, dst_socket=0x4002, src_node=b"\x02" + bytes(5), src_socket=0x4002
+    )
+    data = packet[:2] + (30).to_bytes(2, "big") + packet[4:] + b"\xab\xcd"
+    assert len(data) == 32
+    (item,) = decode_hex(data.hex(" "), GAMES)
+    assert (item["ok"], item["error"], item["directplay"]) == (False, "bad_length", None)
+    assert item["detail"] == "length field 30 but datagram is 32"
+    res = run("--hex", data.hex())
+    assert res.returncode == 1
+    assert res.stdout == "#1: ERROR bad_length (length field 30 but datagram is 32)\n"
+    # longer than the packet (a capture cut short) is the same error
+    (item,) = decode_hex((data[:2] + (40).to_bytes(2, "big") + data[4:]).hex(), GAMES)
+    assert (item["error"], item["detail"]) == ("bad_length", "length field 40 but datagram is 32")
 
 
 def test_cli_json_for_shipped_pcap() -> None:
