@@ -2,11 +2,14 @@
 
 Every frame becomes one object with the keys ``ok``, ``error``, ``ipx`` and ``directplay``
 (issue 3 fixes these names; more keys are additions). Nothing here raises for bad input:
-a frame that does not decode has ``ok: false`` and the reason in ``error``.
+a frame that does not decode has ``ok: false`` and the reason in ``error``. A captured frame
+that is neither UDP nor TCP (ICMP, ARP, ...) is no failure: it is ``ok`` with what it
+carries in ``skipped``, left out of the text listing and counted in its last line.
 """
 
 import argparse
 import json
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -59,7 +62,7 @@ EXAMPLES = (
     ),
     (
         "ipxbridge decode --pcap lan-party.pcapng",
-        "every frame of a capture (tcpdump, Wireshark), one line each",
+        "each UDP and TCP frame of a capture, one line each; others (ICMP, ARP) counted last",
     ),
     (
         "ipxbridge decode --pcap lan-party.pcap --json",
@@ -251,6 +254,17 @@ def decode_frame(frame: Frame, games: Mapping[UUID, str]) -> list[Json]:
         "src": f"{frame.src}:{frame.sport}",
         "dst": f"{frame.dst}:{frame.dport}",
     }
+    if frame.other is not None:  # not ours to decode, and nothing wrong with it
+        return [
+            {
+                **base,
+                "ok": True,
+                "error": None,
+                "skipped": frame.other,
+                "ipx": None,
+                "directplay": None,
+            }
+        ]
     if frame.error is not None:
         return [
             {
@@ -312,6 +326,17 @@ def decode_pcap(data: bytes, games: Mapping[UUID, str]) -> list[Json]:
     return out
 
 
+def skipped_line(items: list[Json]) -> str | None:
+    """The listing's last line when frames were skipped: how many, and what they carried."""
+    kinds = Counter(str(i["skipped"]) for i in items if i.get("skipped"))
+    if not kinds:
+        return None
+    total = sum(kinds.values())
+    what = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
+    noun = "frame that is" if total == 1 else "frames that are"
+    return f"skipped {total} {noun} not UDP or TCP: {what}"
+
+
 def summary_line(item: Json) -> str:
     """One human-readable line per decoded frame."""
     head = f"#{item.get('frame', '?')}"
@@ -357,7 +382,11 @@ def add_parser(sub: SubParsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Decode, print (one line per frame, or JSON); exit 1 if a frame did not decode."""
+    """Decode, print (one line per frame, or JSON); exit 1 if a frame did not decode.
+
+    Frames that are neither UDP nor TCP are not failures: the text listing counts them in
+    its last line instead of a line each, the JSON keeps them with their ``skipped`` key.
+    """
     games = game_table()
     if args.hex is not None:
         items = decode_hex(args.hex, games)
@@ -374,5 +403,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(items, indent=1))
     else:
         for item in items:
-            print(summary_line(item))
+            if not item.get("skipped"):
+                print(summary_line(item))
+        skipped = skipped_line(items)
+        if skipped is not None:
+            print(skipped)
     return EXIT_OK if all(i["ok"] for i in items) else EXIT_FAILURE

@@ -81,7 +81,7 @@ def test_help_as_a_user_sees_it() -> None:
     pairs = examples(res.stdout)
     assert pairs[1] == (
         "ipxbridge decode --pcap lan-party.pcapng",
-        "every frame of a capture (tcpdump, Wireshark), one line each",
+        "each UDP and TCP frame of a capture, one line each; others (ICMP, ARP) counted last",
     )
     # kept as written: the hex example is one line, not re-wrapped
     assert pairs[0][0].endswith("020000000001 4002'")
