@@ -67,7 +67,7 @@ from ipxbridge.policy.relay import (
     wireguard_reads,
 )
 from ipxbridge.policy.switch import PortKind
-from ipxbridge.policy.topology import Interface, Topology, select
+from ipxbridge.policy.topology import Interface, Topology, select, unmatched
 from ipxbridge.wire.ipx import IPX_UDP_PORT
 from ipxbridge.wire.ipxwrapper import IPXWRAPPER_UDP_PORT
 
@@ -519,6 +519,12 @@ def render_json(
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
 
+def _unmatched_lines(report: Report, patterns: Sequence[str]) -> list[str]:
+    """Each pattern that selects nothing, in words (one that matches only loopback says so)."""
+    topology = Topology(tuple(i.interface for i in report.interfaces))
+    return [f"  {u}" for u in unmatched(topology, patterns)]
+
+
 def _header(report: Report, ports: Sequence[int], source: str) -> list[str]:
     lines = [f"relayed UDP ports: {', '.join(str(p) for p in ports)}"]
     if not report.configured:
@@ -533,7 +539,7 @@ def _header(report: Report, ports: Sequence[int], source: str) -> list[str]:
             extra += [f"peers {', '.join(sel.peers)}"] if sel.peers else []
             shown.append(f"{sel.pattern} ({'; '.join(extra)})" if extra else sel.pattern)
         lines.append(f"relay interfaces ({source}): {', '.join(shown)}")
-    lines.extend(f"  {p!r} matches no interface" for p in report.unmatched)
+    lines += _unmatched_lines(report, report.unmatched)
     primary = next((i.interface for i in report.interfaces if i.primary), None)
     if primary is not None:
         lines.append(
@@ -556,7 +562,7 @@ def _ipx_header(report: Report, source: str) -> list[str]:
         extra += [f"framing {entry.framing}"] if entry.framing != "auto" else []
         shown.append(f"{entry.pattern} ({'; '.join(extra)})")
     lines = [f"IPX interface ports ({source}): {', '.join(shown)}"]
-    lines.extend(f"  {p!r} matches no interface" for p in report.ipx_unmatched)
+    lines += _unmatched_lines(report, report.ipx_unmatched)
     return lines
 
 

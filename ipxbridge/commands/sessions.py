@@ -20,11 +20,12 @@ from ipxbridge.commands.common import (
 )
 from ipxbridge.errors import StartupError
 from ipxbridge.games import game_table
-from ipxbridge.io.interfaces import select_ipv4
+from ipxbridge.io.interfaces import read_topology_netifaces, select_ipv4
 from ipxbridge.io.probe import DirectPlayProber
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.reassembly import Reassembler
 from ipxbridge.policy.sessions import SessionTable, players_text, session_json, status_text
+from ipxbridge.policy.topology import unmatched
 
 Json = dict[str, Any]
 
@@ -70,11 +71,11 @@ async def probe_sessions(patterns: list[str], seconds: float, rounds: int = 3) -
     """Probe the given interfaces directly and return what answered within ``seconds``.
 
     Raises:
-        StartupError: no interface matched.
+        StartupError: no interface matched (:func:`nothing_to_probe` says why).
     """
     interfaces = select_ipv4(patterns)
     if not interfaces:
-        raise StartupError(f"no IPv4 interface matches {', '.join(patterns)}")
+        raise StartupError(nothing_to_probe(patterns))
     loop = asyncio.get_running_loop()
     sessions = SessionTable(game_table())
     prober = DirectPlayProber(loop, Inspector(sessions, Reassembler()), lambda: interfaces)
@@ -91,6 +92,24 @@ async def probe_sessions(patterns: list[str], seconds: float, rounds: int = 3) -
     now = loop.time()
     wall = time.time()
     return [session_json(s, now, wall) for s in sessions.snapshot(now)]
+
+
+def nothing_to_probe(patterns: list[str]) -> str:
+    """Why ``patterns`` leave no IPv4 address to probe from, pattern by pattern.
+
+    A pattern that matches only loopback says so: loopback is never probed, and "matches
+    no interface" would be untrue for ``lo``.
+    """
+    try:
+        missing = unmatched(read_topology_netifaces(), patterns)
+    except ValueError as exc:
+        return str(exc)
+    reasons = [str(u) for u in missing]
+    named = {u.pattern for u in missing}
+    rest = [p for p in patterns if p not in named]
+    if rest:  # they select interfaces, none with an IPv4 address
+        reasons.append(f"{', '.join(rest)}: no IPv4 address")
+    return f"no IPv4 interface to probe: {'; '.join(reasons)}"
 
 
 def render_table(sessions: list[Json]) -> str:
