@@ -80,8 +80,15 @@ else
 fi
 
 echo "==> pip install -e .[test]"
-"$PY" -m pip install -q --disable-pip-version-check -e '.[test]' \
-    || die "pip install -e .[test] into $("$PY" -c 'import sys; print(sys.prefix)') (see above)"
+pip_log=$(mktemp)
+if ! "$PY" -m pip install -q --disable-pip-version-check -e '.[test]' >"$pip_log" 2>&1; then
+    cat "$pip_log" >&2
+    rm -f "$pip_log"
+    die "pip install -e .[test] into $("$PY" -c 'import sys; print(sys.prefix)') (see above)"
+fi
+# pip's notes about configured package locations that do not exist here are noise
+sed -e "/' is ignored: it is neither a file nor a directory\.$/d" "$pip_log"
+rm -f "$pip_log"
 
 echo "==> ruff"
 "$PY" -m ruff check ipxbridge tests bench deploy
