@@ -77,6 +77,11 @@ else
     fi
     PY=$VENV/bin/python
     echo "==> Python: virtual environment $VENV ($how, $("$PY" -V 2>&1))"
+    # As if activated: what the test extra installs (hadolint) and any python3 a test starts
+    # by name must be this environment's.
+    VIRTUAL_ENV=$PWD/$VENV
+    PATH=$VIRTUAL_ENV/bin:$PATH
+    export VIRTUAL_ENV PATH
 fi
 
 echo "==> pip install -e .[test]"
