@@ -2,7 +2,8 @@
 
 The package is layered; imports only point inward (house style A.3):
 ``wire`` (pure codecs) <- ``policy`` (pure decisions, clock passed in) <- ``io`` / ``obs``
-(thin asyncio and accounting) <- ``config`` / ``app`` (one service per feature) / ``cli``.
+(thin asyncio and accounting) <- ``config`` / ``app`` (one service per feature) <-
+``commands`` (one module per subcommand) <- ``cli`` (parsing and dispatch only).
 ARCHITECTURE.md draws it and follows a datagram through.
 """
 

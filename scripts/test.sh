@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh Debian machine: installs what the tests need, then runs
-# lint, types, unit and integration tests. Run as root so the network-namespace and DOSBox
-# tests run (with CI=true they fail rather than skip when they cannot run).
+# The whole test suite, from a fresh Debian or Ubuntu machine: installs what the tests need,
+# then runs lint, types, unit and integration tests. Run as root so the network-namespace and
+# DOSBox tests run (with CI=true they fail rather than skip when they cannot run).
+#
+# Python: everything is installed into a virtual environment, .venv in the repository
+# (created on the first run, reused after), unless this already runs inside one. Always, and
+# not only when the interpreter is externally managed (PEP 668, as Debian's python3 is): the
+# suite pins its own ruff and mypy and installs this package in editable mode, which should
+# not land in whatever interpreter is first on PATH (pyenv, conda, the system's), and one way
+# of doing it behaves the same on every machine. PYTHON=/path/to/python3 picks the interpreter
+# the environment is made from (rm -rf .venv to change it later).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+die() {
+    echo "==> FAILED: $*" >&2
+    exit 1
+}
 
 # System tools the integration tier drives: real DOSBox clients, iproute2 for namespaces,
 # setpriv (util-linux) for capability tests, tshark as an independent decoder, wireguard-go
@@ -11,12 +24,15 @@ cd "$(dirname "$0")/.."
 # headless chromium to look at the status page as a person would; docker-compose, shellcheck
 # and systemd-analyze to check the deployment files; podman, buildah, runc and debootstrap to
 # build the container image on a local Debian base and run it (tests/integration/
-# test_container.py; there is no Docker engine or registry, docker-compose talks to podman).
+# test_container.py; there is no Docker engine or registry, docker-compose talks to podman);
+# python3-venv so Debian's and Ubuntu's python3 can make the virtual environment.
 APT_PACKAGES=(
     dosbox iproute2 util-linux tshark tcpdump wireguard-go wireguard-tools nftables
     prometheus chromium docker-compose shellcheck systemd podman buildah runc debootstrap
+    python3-venv
 )
 PYTHON=${PYTHON:-python3}
+VENV=.venv
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -26,22 +42,63 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then
         echo "==> apt-get install ${missing[*]}"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            "${missing[@]}" >/dev/null
+        # One index that cannot be fetched (a mirror down, another architecture's list) must
+        # not stop the run: install from the indexes there are, and fail only if that fails.
+        if ! apt-get update -qq; then
+            echo "==> warning: apt-get update failed (see above); installing from the package" \
+                "lists already here" >&2
+        fi
+        apt_log=$(mktemp)
+        if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "${missing[@]}" >"$apt_log" 2>&1; then
+            cat "$apt_log" >&2
+            rm -f "$apt_log"
+            die "apt-get install ${missing[*]}"
+        fi
+        rm -f "$apt_log"
     else
         echo "==> not root: cannot install ${missing[*]}; integration tests will skip" >&2
     fi
 fi
 
+command -v "$PYTHON" >/dev/null || die "no $PYTHON on PATH (set PYTHON=/path/to/python3)"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || die "$("$PYTHON" -V 2>&1) is too old: ipxbridge needs Python 3.11 or newer (set PYTHON=)"
+if "$PYTHON" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+    PY=$PYTHON
+    echo "==> Python: the active virtual environment $("$PY" -c 'import sys; print(sys.prefix)')"
+else
+    if "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+        how="reused"
+    else
+        "$PYTHON" -m venv --clear "$VENV" \
+            || die "$PYTHON -m venv $VENV (on Debian or Ubuntu: apt-get install python3-venv)"
+        how="created from $(command -v "$PYTHON")"
+    fi
+    PY=$VENV/bin/python
+    echo "==> Python: virtual environment $VENV ($how, $("$PY" -V 2>&1))"
+    # As if activated: what the test extra installs (hadolint) and any python3 a test starts
+    # by name must be this environment's.
+    VIRTUAL_ENV=$PWD/$VENV
+    PATH=$VIRTUAL_ENV/bin:$PATH
+    export VIRTUAL_ENV PATH
+fi
+
 echo "==> pip install -e .[test]"
-"$PYTHON" -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 \
-    | grep -v -e "Running pip as the 'root' user" -e "is ignored: it is neither" || true
+pip_log=$(mktemp)
+if ! "$PY" -m pip install -q --disable-pip-version-check -e '.[test]' >"$pip_log" 2>&1; then
+    cat "$pip_log" >&2
+    rm -f "$pip_log"
+    die "pip install -e .[test] into $("$PY" -c 'import sys; print(sys.prefix)') (see above)"
+fi
+# pip's notes about configured package locations that do not exist here are noise
+sed -e "/' is ignored: it is neither a file nor a directory\.$/d" "$pip_log"
+rm -f "$pip_log"
 
 echo "==> ruff"
-"$PYTHON" -m ruff check ipxbridge tests bench deploy
-"$PYTHON" -m ruff format --check ipxbridge tests bench deploy
+"$PY" -m ruff check ipxbridge tests bench deploy
+"$PY" -m ruff format --check ipxbridge tests bench deploy
 echo "==> mypy --strict"
-"$PYTHON" -m mypy
+"$PY" -m mypy
 echo "==> pytest"
-exec "$PYTHON" -m pytest -q "$@"
+exec "$PY" -m pytest -q "$@"

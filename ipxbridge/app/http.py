@@ -17,7 +17,7 @@ from ipxbridge.app.service import Health
 from ipxbridge.config import Config, parse_host_port
 from ipxbridge.errors import StartupError
 from ipxbridge.io.segments import EthernetPort
-from ipxbridge.obs.http import HttpServer, Response, text
+from ipxbridge.obs.http import METRICS_PATH, HttpServer, Response, text
 from ipxbridge.obs.status import render_status
 from ipxbridge.policy.ipx_ports import PortPlan, Skipped
 from ipxbridge.policy.switch import IpxSwitch, PortKind, Segment
@@ -133,7 +133,14 @@ class HttpService:
                 f"cannot listen on {listen}/tcp for HTTP: {exc.strerror} "
                 "(choose another with --metrics-listen, or off)"
             ) from None
-        logger.info("HTTP API on http://%s/api/sessions", listen)
+        # Every URL a newcomer looks for, on the one line operators wait for.
+        logger.info(
+            "status page on http://%s/, metrics on http://%s%s, HTTP API on http://%s/api/sessions",
+            listen,
+            listen,
+            METRICS_PATH,
+            listen,
+        )
 
     async def stop(self) -> None:
         """Stop listening."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ipxbridge import __version__
+from ipxbridge.app.unmatched import UnmatchedNames
 from ipxbridge.app.wgpeers import WireGuardPeers
 from ipxbridge.config import Config, parse_host_port, resolve_ipv4
 from ipxbridge.errors import StartupError
@@ -157,6 +158,7 @@ class IpxService:
         self._wg = WireGuardPeers(self._wireguard_names, self._replan, what="IPX interface ports")
         self._next_peer_check = 0.0
         self._logged_plan: tuple[str, ...] | None = None
+        self._unmatched = UnmatchedNames("IPX interface ports (--ipx-iface, ipx.interfaces)")
         self._open_errors: dict[Segment, str] = {}
         self._reload_task: asyncio.Task[None] | None = None
 
@@ -271,6 +273,7 @@ class IpxService:
             for port in self.endpoint.segments.values():
                 if isinstance(port, EthernetPort):
                     port.tick(now)  # framings of silent stations expire
+        self._unmatched.tick(now)
         if self.watcher is not None and now >= self._next_peer_check:
             self._next_peer_check = now + PEER_REFRESH_SECONDS
             if any(p.role == "p2p" for p in self.plans.values()):
@@ -325,6 +328,8 @@ class IpxService:
         if endpoint is None:
             return
         plans, skipped = plan_ports(topology, self._interfaces, self._wg.peers)
+        assert self._loop is not None  # noqa: S101 - set by start()
+        self._unmatched.check(topology, [i.pattern for i in self._interfaces], self._loop.time())
         wanted = {p.segment: p for p in plans}
         for segment, old in list(self.plans.items()):
             new = wanted.get(segment)

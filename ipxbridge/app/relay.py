@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack
 
+from ipxbridge.app.unmatched import UnmatchedNames
 from ipxbridge.app.wgpeers import WireGuardPeers
 from ipxbridge.config import Config
 from ipxbridge.errors import StartupError
@@ -85,6 +86,7 @@ class RelayService:
         self._make_watcher = watcher
         self.watcher: Watcher | None = None
         self._selections = selections(config)
+        self._unmatched = UnmatchedNames("relay interfaces (--iface, relay.interfaces)")
         # WireGuard peers by interface, as last read off the loop; one worker.
         self._wg = WireGuardPeers(self._wireguard_names, self._replan, what="relay plan")
         self._planning = False  # set once the first plan (with peers) is in place
@@ -192,6 +194,7 @@ class RelayService:
         if self.relay is None:
             return
         self.relay.tick(now)
+        self._unmatched.tick(now)
         if (
             self.fanout is not None
             and now >= self._next_kernel_read
@@ -236,6 +239,8 @@ class RelayService:
             return
         egresses, own, bcasts = build_plan(topology, self._selections, self._wg.peers)
         self.relay.apply_plan(egresses, own, bcasts)
+        assert self._loop is not None  # noqa: S101 - plans start with start()
+        self._unmatched.check(topology, [s.pattern for s in self._selections], self._loop.time())
         if egresses == self.plan:
             return
         self.plan = egresses
@@ -269,7 +274,10 @@ class RelayService:
                 parts.append(f"{e.name} (p2p, {len(e.peers)} peers: {', '.join(e.peers)})")
             else:
                 parts.append(f"{e.name} (p2p, NO peers known: nothing will be sent there)")
-        logger.info("relaying between: %s", "; ".join(parts) or "nothing (no interface up)")
+        logger.info(
+            "relaying between: %s",
+            "; ".join(parts) or "nothing (no selected interface is up with an IPv4 address)",
+        )
         if len(egresses) < 2:
             logger.warning("the relay needs at least two usable interfaces; have %d", len(egresses))
         if (

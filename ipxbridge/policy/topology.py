@@ -321,6 +321,40 @@ def select(topology: Topology, patterns: Sequence[str]) -> list[Interface]:
     return [i for i in candidates if any(_matches(i, p) for p in patterns)]
 
 
+@dataclass(frozen=True, slots=True)
+class Unmatched:
+    """A selection pattern that selects no interface; ``str()`` says so in words."""
+
+    pattern: str
+    loopback: tuple[str, ...] = ()  # the loopback interfaces it matches (never selected)
+
+    def __str__(self) -> str:
+        if self.loopback:
+            names = ", ".join(self.loopback)
+            return f"{self.pattern!r} matches only loopback ({names}), which is excluded"
+        return f"{self.pattern!r} matches no interface"
+
+
+def unmatched(topology: Topology, patterns: Sequence[str]) -> tuple[Unmatched, ...]:
+    """The patterns that :func:`select` alone finds nothing for, in the order given.
+
+    Each says which loopback interfaces it matches: a name like ``lo`` or a CIDR like
+    ``127.0.0.0/8`` matches one, and still selects nothing, because loopback is never used.
+
+    Raises:
+        ValueError: a pattern with "/" that is not an IPv4 CIDR.
+    """
+    out: list[Unmatched] = []
+    for pattern in dict.fromkeys(patterns):
+        if select(topology, [pattern]):
+            continue
+        loopback = tuple(
+            i.name for i in topology.interfaces if i.is_loopback and _matches(i, pattern)
+        )
+        out.append(Unmatched(pattern, loopback))
+    return tuple(out)
+
+
 def owner_of(topology: Topology, ip: str) -> Interface | None:
     """The interface through which ``ip`` is on-link: longest matching prefix wins.
 

@@ -4,7 +4,8 @@ Two pure pieces for ``ipxbridge decode --pcap``:
 
 * :func:`decode_link` takes one captured packet and its link type (Ethernet with or without
   one 802.1Q tag, Linux cooked v1 and v2, raw IPv4) and yields the transport (udp/tcp),
-  addresses, ports and payload, or the reason it cannot.
+  addresses, ports and payload, or the reason it cannot. A packet that is neither UDP nor
+  TCP (ICMP, IGMP, ARP, ICMPv6, ...) is no failure: its ``other`` says what it carries.
 * :func:`read_pcap` reads a classic libpcap file (both byte orders, micro- or nanosecond
   timestamps). pcapng files are read by ``ipxbridge.io.capture``, which wraps a library and
   hands each packet to :func:`decode_link`.
@@ -29,7 +30,26 @@ LINKTYPE_RAW_ALIASES: Final = frozenset({12, 14, 101, 228})
 LINKTYPE_LINUX_SLL: Final = 113
 LINKTYPE_LINUX_SLL2: Final = 276
 ETHERTYPE_IPV4: Final = 0x0800
+ETHERTYPE_ARP: Final = 0x0806
 ETHERTYPE_VLAN: Final = 0x8100
+ETHERTYPE_IPV6: Final = 0x86DD
+IPPROTO_TCP: Final = 6
+IPPROTO_UDP: Final = 17
+IPV6_FRAGMENT: Final = 44
+# IPv6 extension headers that say only where the next one is (RFC 8200 4.3, 4.4, 4.6)
+IPV6_SKIPPABLE: Final = frozenset({0, 43, 60})
+IP_PROTOCOL_NAMES: Final = {
+    1: "ICMP",
+    2: "IGMP",
+    47: "GRE",
+    50: "ESP",
+    51: "AH",
+    58: "ICMPv6",
+    89: "OSPF",
+    103: "PIM",
+    112: "VRRP",
+    132: "SCTP",
+}  # IANA protocol numbers
 
 PcapReason = Literal["too_short", "bad_magic", "truncated", "malformed", "unsupported"]
 """Why a whole capture file is unreadable:
@@ -69,6 +89,7 @@ class Frame:
     dport: int = 0
     payload: bytes = b""
     error: str | None = None  # why this record could not be decoded
+    other: str | None = None  # neither UDP nor TCP: what it carries ("ICMP", "ARP", ...)
 
 
 def read_pcap(data: bytes) -> Iterator[Frame]:
@@ -134,9 +155,32 @@ def decode_link(number: int, ts: float | None, linktype: int, pkt: bytes) -> Fra
         ethertype, start = ETHERTYPE_IPV4, 0
     else:
         return Frame(number, ts, error=f"unsupported link type {linktype}")
+    if ethertype == ETHERTYPE_ARP:
+        return Frame(number, ts, other="ARP")
+    if ethertype == ETHERTYPE_IPV6:
+        return _classify_ipv6(number, ts, pkt[start:])
     if ethertype != ETHERTYPE_IPV4:
         return Frame(number, ts, error=f"not IPv4 (ethertype 0x{ethertype:04x})")
     return _decode_ipv4(number, ts, pkt[start:])
+
+
+def _protocol_name(proto: int) -> str:
+    return IP_PROTOCOL_NAMES.get(proto, f"IP protocol {proto}")
+
+
+def _classify_ipv6(number: int, ts: float | None, ip: bytes) -> Frame:
+    """IPv6 is not decoded; only what is neither UDP nor TCP is told apart (and skipped)."""
+    if len(ip) < 40 or ip[0] >> 4 != 6:
+        return Frame(number, ts, error="not an IPv6 packet")
+    proto, pos = ip[6], 40
+    while proto in IPV6_SKIPPABLE and pos + 2 <= len(ip):
+        proto, pos = ip[pos], pos + (ip[pos + 1] + 1) * 8
+    if proto in IPV6_SKIPPABLE:
+        return Frame(number, ts, error="truncated IPv6 extension header")
+    if proto in (IPPROTO_UDP, IPPROTO_TCP, IPV6_FRAGMENT):
+        # it may hold what we look for, and we cannot read it: a real failure
+        return Frame(number, ts, error="IPv6 UDP or TCP: only IPv4 is decoded")
+    return Frame(number, ts, other=_protocol_name(proto))
 
 
 def _decode_ipv4(number: int, ts: float | None, ip: bytes) -> Frame:
@@ -146,24 +190,24 @@ def _decode_ipv4(number: int, ts: float | None, ip: bytes) -> Frame:
     total = int.from_bytes(ip[2:4], "big")
     if ihl < 20 or total < ihl or len(ip) < ihl:
         return Frame(number, ts, error="bad IPv4 header length")
+    proto = ip[9]
+    if proto not in (IPPROTO_UDP, IPPROTO_TCP):
+        return Frame(number, ts, other=_protocol_name(proto))
     frag = int.from_bytes(ip[6:8], "big")
     if frag & 0x1FFF:
         return Frame(number, ts, error="IPv4 fragment (not reassembled)")
-    proto = ip[9]
     src = str(ipaddress.IPv4Address(ip[12:16]))
     dst = str(ipaddress.IPv4Address(ip[16:20]))
     body = ip[ihl : min(total, len(ip))]
-    if proto == 17:
+    if proto == IPPROTO_UDP:
         if len(body) < 8:
             return Frame(number, ts, error="truncated UDP header")
         sport, dport, ulen = struct.unpack_from("!HHH", body)
         return Frame(number, ts, "udp", src, dst, sport, dport, body[8 : max(8, ulen)])
-    if proto == 6:
-        if len(body) < 20:
-            return Frame(number, ts, error="truncated TCP header")
-        sport, dport = struct.unpack_from("!HH", body)
-        doff = (body[12] >> 4) * 4
-        if doff < 20 or doff > len(body):
-            return Frame(number, ts, error="bad TCP header length")
-        return Frame(number, ts, "tcp", src, dst, sport, dport, body[doff:])
-    return Frame(number, ts, error=f"IP protocol {proto} is not UDP or TCP")
+    if len(body) < 20:
+        return Frame(number, ts, error="truncated TCP header")
+    sport, dport = struct.unpack_from("!HH", body)
+    doff = (body[12] >> 4) * 4
+    if doff < 20 or doff > len(body):
+        return Frame(number, ts, error="bad TCP header length")
+    return Frame(number, ts, "tcp", src, dst, sport, dport, body[doff:])

@@ -37,7 +37,7 @@ from ipaddress import IPv4Network
 from typing import Final, TypeVar
 from uuid import UUID
 
-from ipxbridge import decode
+from ipxbridge.commands import decode
 from ipxbridge.games import builtin_games
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.reassembly import REASSEMBLY_REASONS, Reassembler, ReassemblyLimits

@@ -93,7 +93,12 @@ def status_fields(text: str) -> dict[str, str]:
 
 
 def uid_reaches_python(prefix: list[str], env: dict[str, str]) -> bool:
-    """Can uid 10001 start this interpreter and import ipxbridge (inside ``prefix``)?"""
+    """Can uid 10001 start this interpreter and import ipxbridge (inside ``prefix``)?
+
+    Started from a shell, as the ``ipxbridge`` script in the scratch directory starts it:
+    setpriv's own exec was seen to succeed where a shell's then fails (a venv's symlink to
+    an interpreter under /root).
+    """
     probe = [
         *prefix,
         "setpriv",
@@ -101,9 +106,10 @@ def uid_reaches_python(prefix: list[str], env: dict[str, str]) -> bool:
         f"--regid={RUN_UID}",
         "--clear-groups",
         "--",
-        sys.executable,
+        "sh",
         "-c",
-        "import ipxbridge, pydantic, pyroute2, yaml",
+        'exec "$0" -c "import ipxbridge, pydantic, pyroute2, yaml"',
+        sys.executable,
     ]
     res = subprocess.run(
         probe, capture_output=True, timeout=30, check=False, cwd="/", env={**os.environ, **env}
@@ -137,12 +143,21 @@ class Launcher:
         return launcher
 
     def cover_blocking_directory(self) -> None:
-        target = Path(os.path.realpath(sys.prefix))
-        blocked = next(
-            (p for p in [*reversed(target.parents), target] if not p.stat().st_mode & stat.S_IXOTH),
-            None,
-        )
-        if blocked is None or blocked == target:
+        # In a virtual environment (scripts/test.sh makes one) the interpreter itself is in
+        # the base installation: either tree may be the one behind a closed directory.
+        for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
+            target = Path(os.path.realpath(prefix))
+            blocked = next(
+                (
+                    p
+                    for p in [*reversed(target.parents), target]
+                    if not p.stat().st_mode & stat.S_IXOTH
+                ),
+                None,
+            )
+            if blocked is not None and blocked != target:
+                break
+        else:
             pytest.fail(f"uid {RUN_UID} cannot run {sys.executable} and no overlay would help")
         child = target.relative_to(blocked).parts[0]
         stash = self.scratch / "stash"

@@ -33,7 +33,7 @@ from tests.integration.topo import WireGuardGo, start_watcher
 
 def interfaces_cmd(net: Netns, ns: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        net.exec_args(ns, sys.executable, "-m", "ipxbridge.interfaces_cmd", *args),
+        net.exec_args(ns, sys.executable, "-m", "ipxbridge", "interfaces", *args),
         capture_output=True,
         text=True,
         timeout=30,

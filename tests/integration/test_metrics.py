@@ -5,6 +5,7 @@ page and JSON APIs show the clients and sessions."""
 import re
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -123,7 +124,7 @@ def test_status_page_in_headless_chromium(net: Netns, workdir: Path) -> None:
     fake = subprocess.Popen(
         net.exec_args(
             host,
-            "python3",
+            sys.executable,  # the one that has ipxbridge: not whatever python3 is on PATH
             str(Path(__file__).with_name("fake_dplay_host.py")),
             "--name",
             "Chromium Cup",

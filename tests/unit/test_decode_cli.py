@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ipxbridge.decode import decode_hex, decode_pcap
+from ipxbridge.commands.decode import decode_hex, decode_pcap
 from ipxbridge.games import game_table, parse_guid
+from ipxbridge.wire import ipx
 from ipxbridge.wire.directplay import (
     EnumSessionsReply,
     SessionDesc,
@@ -171,6 +172,24 @@ def test_hex_errors_are_reasons(text: str, error: str) -> None:
     assert (item["ok"], item["error"]) == (False, error)
 
 
+def test_hex_ipx_length_mismatch_is_an_error_with_the_reason() -> None:
+    """A 32-byte IPX packet whose Length says 30 is reported as such, not as DirectPlay."""
+    packet = ipx.build_packet(
+        dst_node=b"\xff" * 6, dst_socket=0x4002, src_node=b"\x02" + bytes(5), src_socket=0x4002
+    )
+    data = packet[:2] + (30).to_bytes(2, "big") + packet[4:] + b"\xab\xcd"
+    assert len(data) == 32
+    (item,) = decode_hex(data.hex(" "), GAMES)
+    assert (item["ok"], item["error"], item["directplay"]) == (False, "bad_length", None)
+    assert item["detail"] == "length field 30 but datagram is 32"
+    res = run("--hex", data.hex())
+    assert res.returncode == 1
+    assert res.stdout == "#1: ERROR bad_length (length field 30 but datagram is 32)\n"
+    # longer than the packet (a capture cut short) is the same error
+    (item,) = decode_hex((data[:2] + (40).to_bytes(2, "big") + data[4:]).hex(), GAMES)
+    assert (item["error"], item["detail"]) == ("bad_length", "length field 40 but datagram is 32")
+
+
 def test_cli_json_for_shipped_pcap() -> None:
     res = run("--pcap", str(VECTORS_PCAP), "--json")
     assert res.returncode == 0, res.stderr
@@ -211,22 +230,33 @@ def pcap(linktype: int, frames: list[bytes]) -> bytes:
     return out
 
 
-def ipv4_udp(payload: bytes, sport: int, dport: int) -> bytes:
-    udp = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
-    ip = struct.pack(
+def ipv4(proto: int, body: bytes) -> bytes:
+    head = struct.pack(
         "!BBHHHBBH4s4s",
         0x45,
         0,
-        20 + len(udp),
+        20 + len(body),
         0,
         0,
         64,
-        17,
+        proto,
         0,
         bytes([10, 0, 0, 1]),
         bytes([10, 0, 0, 2]),
     )
-    return ip + udp
+    return head + body
+
+
+def ipv4_udp(payload: bytes, sport: int, dport: int) -> bytes:
+    return ipv4(17, struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload)
+
+
+def ipv6(next_header: int, body: bytes) -> bytes:
+    return struct.pack("!IHBB", 6 << 28, len(body), next_header, 64) + bytes(32) + body
+
+
+def ethernet(ethertype: int, body: bytes) -> bytes:
+    return b"\xff" * 6 + b"\x02" * 6 + ethertype.to_bytes(2, "big") + body
 
 
 @pytest.mark.parametrize("linktype", [1, 113, 101])
@@ -253,3 +283,43 @@ def test_pcap_truncated_record_and_unknown_link() -> None:
     assert next(read_pcap(data[:-3])).error == "truncated record"
     with pytest.raises(PcapError, match="pcapng"):
         list(read_pcap(b"\x0a\x0d\x0d\x0a" + b"\x00" * 40))
+
+
+def test_pcap_frames_that_are_not_udp_or_tcp_are_skipped_and_counted(tmp_path: Path) -> None:
+    """A capture of a LAN party holds ICMP, ARP and ICMPv6 beside the games: not failures."""
+    echo = b"\x08\x00\x00\x00\x00\x01\x00\x01"  # ICMP echo request
+    hop_by_hop_then_icmpv6 = bytes([58, 0]) + bytes(6) + b"\x83\x00\x00\x00"  # MLD
+    frames = [
+        ethernet(0x0800, ipv4(1, echo)),
+        ethernet(0x0800, ipv4_udp(load_vectors()["a"].data, 50000, 47624)),
+        ethernet(0x0806, bytes(28)),  # ARP
+        ethernet(0x86DD, ipv6(0, hop_by_hop_then_icmpv6)),
+        ethernet(0x0800, ipv4(1, echo)),
+        ethernet(0x0800, ipv4(2, bytes(8))),  # IGMP
+    ]
+    capture = tmp_path / "party.pcap"
+    capture.write_bytes(pcap(1, frames))
+    res = run("--pcap", str(capture))
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("#2 udp 10.0.0.1:50000 -> 10.0.0.2:47624: DirectPlay 4 EnumSessions")
+    assert lines[1] == "skipped 5 frames that are not UDP or TCP: ARP 1, ICMP 2, ICMPv6 1, IGMP 1"
+    res = run("--pcap", str(capture), "--json")
+    assert res.returncode == 0, res.stderr
+    items = json.loads(res.stdout)
+    assert [i.get("skipped") for i in items] == ["ICMP", None, "ARP", "ICMPv6", "ICMP", "IGMP"]
+    assert all(i["ok"] and i["error"] is None for i in items)
+
+    # a real decode failure still fails the run, and the count is still given
+    bad_ipx = ethernet(0x0800, ipv4_udp(b"\xff\xff\x00\x40" + bytes(28), 50000, 213))
+    ipv6_udp = ethernet(0x86DD, ipv6(17, bytes(8)))  # may hold a game; IPv6 is not decoded
+    capture.write_bytes(pcap(1, [*frames, bad_ipx, ipv6_udp]))
+    res = run("--pcap", str(capture))
+    assert res.returncode == 1
+    lines = res.stdout.splitlines()
+    assert lines[1].endswith(": ERROR bad_length (length field 64 but datagram is 32)")
+    assert lines[2].endswith("ERROR undecodable_frame (IPv6 UDP or TCP: only IPv4 is decoded)")
+    assert lines[3].startswith("skipped 5 frames")
+    (single,) = decode_pcap(pcap(1, [frames[0]]), GAMES)
+    assert (single["ok"], single["skipped"]) == (True, "ICMP")

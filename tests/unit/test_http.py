@@ -2,11 +2,14 @@
 
 import asyncio
 import json
+import re
 import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 from ipxbridge.app import Bridge
 from ipxbridge.config import load_config
@@ -71,6 +74,33 @@ def test_blocked_loop_fails_the_health_check_then_recovers(tmp_path: Path) -> No
             checker.start()
             await asyncio.to_thread(checker.join, 5)
             assert after == ["200"]
+        finally:
+            await bridge.stop()
+
+    asyncio.run(main())
+
+
+def test_start_up_logs_the_status_page_metrics_and_api_urls_and_each_answers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A newcomer finds the status page and /metrics in the log, not only the API."""
+    caplog.set_level("INFO")
+
+    async def main() -> None:
+        config = load_config(
+            None, {}, {"ipx": {"listen": "127.0.0.1:21995"}, "http": {"listen": "127.0.0.1:21994"}}
+        )
+        bridge = Bridge(config)
+        await bridge.start()
+        try:
+            (line,) = [r.getMessage() for r in caplog.records if "HTTP API on" in r.getMessage()]
+            assert line == (
+                "status page on http://127.0.0.1:21994/, metrics on http://127.0.0.1:21994/metrics,"
+                " HTTP API on http://127.0.0.1:21994/api/sessions"
+            )
+            for url in re.findall(r"http://127\.0\.0\.1:21994(\S*?)(?:,|$)", line):
+                status, body = await request(21994, url)
+                assert (status, bool(body)) == (200, True), url
         finally:
             await bridge.stop()
 

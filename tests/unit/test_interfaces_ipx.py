@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from ipxbridge.interfaces_cmd import describe, render_json, render_text
+from ipxbridge.commands.interfaces import describe, render_json, render_text
 from ipxbridge.policy.ipx_ports import IpxInterface, plan_ports
 from ipxbridge.policy.relay import Selection
 from ipxbridge.policy.switch import PortKind
@@ -197,7 +197,8 @@ def test_bad_ipx_cidr_raises() -> None:
     ],
 )
 def test_ipx_iface_flag_is_runs(args: list[str], message: str | None) -> None:
-    """``--ipx-iface`` is parsed by ``cli.ipx_iface_arg``, as on ``run``: bad kinds exit 2."""
+    """``--ipx-iface`` is parsed by ``commands.common.ipx_iface_arg`` as on ``run``: bad kinds
+    exit 2."""
     res = subprocess.run(
         [sys.executable, "-m", "ipxbridge", "interfaces", "--json", *args],
         capture_output=True,

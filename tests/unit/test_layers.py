@@ -103,6 +103,104 @@ def test_what_io_reads_from_obs_is_plain(module: str) -> None:
     assert third_party == set()
 
 
+# The subcommands (ipxbridge/commands/, one module each) sit above app/; cli.py above them
+# only parses and dispatches. A command shares what it needs through commands/common.py,
+# never through cli.py or another command, so the commands and cli.py form no circle.
+COMMON = "ipxbridge.commands.common"
+ENTRY_POINTS = {"cli.py", "__main__.py"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def internal_imports(path: Path) -> set[str]:
+    """The ipxbridge modules ``path`` imports, at the top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in MODULES)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module in MODULES:
+                found.add(node.module)
+            # `from ipxbridge.commands import decode` imports the submodule
+            found.update(
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if f"{node.module}.{a.name}" in MODULES
+            )
+    found.discard(module_name(path))
+    return found
+
+
+def test_commands_import_common_and_the_layers_below_only() -> None:
+    files = sorted((PKG / "commands").glob("*.py"))
+    assert {p.stem for p in files} >= {"common", "run", "decode", "sessions", "interfaces"}
+    wrong = [
+        f"commands/{path.name} imports {name}"
+        for path in files
+        for name in internal_imports(path)
+        if name == "ipxbridge.cli"
+        or (name.startswith("ipxbridge.commands") and name not in (COMMON, "ipxbridge.commands"))
+    ]
+    assert wrong == []
+
+
+def test_cli_only_parses_and_dispatches() -> None:
+    names = internal_imports(PKG / "cli.py")
+    commands = {n for n in MODULES if n.startswith("ipxbridge.commands.")}
+    assert names - {"ipxbridge", "ipxbridge.commands"} == commands  # each one registered
+    assert {n.split(".")[0] for n in imports(PKG / "cli.py")} <= {
+        "ipxbridge",
+        "argparse",
+        "sys",
+        "collections",
+    }
+
+
+def test_only_the_entry_points_import_the_commands() -> None:
+    def may_import_commands(path: Path) -> bool:
+        where = path.relative_to(PKG).parts
+        return where[0] == "commands" or (len(where) == 1 and where[0] in ENTRY_POINTS)
+
+    wrong = [
+        f"{path.relative_to(PKG)} imports {name}"
+        for path in sorted(PKG.rglob("*.py"))
+        if not may_import_commands(path)
+        for name in internal_imports(path)
+        if name == "ipxbridge.cli" or name.startswith("ipxbridge.commands")
+    ]
+    assert wrong == []
+
+
+def test_no_import_circle() -> None:
+    """No chain of imports (top-level or deferred into a function) leads back to its start."""
+    graph = {name: internal_imports(path) for name, path in MODULES.items()}
+    circles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        path.append(name)
+        for nxt in sorted(graph[name]):
+            if state.get(nxt) == 1:
+                circles.append([*path[path.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+    assert [" -> ".join(c) for c in circles] == []
+
+
 # Well-known ports: each defined once, by the codec of its protocol (issue 12 item 2). They
 # used to be written out in eight places that disagreed (2300-2400 against 2302-2400).
 WELL_KNOWN_PORTS = {213, 47624, 6073, 2300, 2302, 2400, 2401}

@@ -19,7 +19,7 @@ from typing import Final
 
 import pytest
 
-from ipxbridge.decode import decode_pcap
+from ipxbridge.commands.decode import decode_pcap
 from ipxbridge.games import game_table
 from ipxbridge.io.capture import read_capture
 from ipxbridge.wire.pcap import PCAP_REASONS, Frame, PcapError

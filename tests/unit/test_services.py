@@ -8,6 +8,7 @@ recording services standing in for the four real ones.
 """
 
 import asyncio
+import dataclasses
 import socket
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ import pytest
 from ipxbridge.app import Bridge
 from ipxbridge.app.ipx import IpxService
 from ipxbridge.app.relay import RelayService
+from ipxbridge.app.unmatched import WARN_GAP, UnmatchedNames
 from ipxbridge.config import Config, ConfigError, load_config
 from ipxbridge.errors import StartupError
 from ipxbridge.games import game_table
@@ -211,6 +213,114 @@ def test_relay_service_off_starts_nothing() -> None:
         await service.stop()
 
     asyncio.run(main())
+
+
+# --- names that match no interface --------------------------------------------------------
+
+
+def loopback() -> Interface:
+    return dataclasses.replace(lan(9, "lo", "127.0.0.1"), kind="loopback")
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "ipxbridge.app.unmatched"]
+
+
+def test_relay_service_warns_about_names_that_match_no_interface_once_per_change(
+    two_lans: Topology, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`run --iface nosuch0` only said "relaying between: nothing"; now it names the names."""
+    port = free_udp_port()
+    FakeWatcher.initial = Topology((*two_lans.interfaces, loopback()))
+    config = relay_config(port, "lan*", "nosuch0", "lo")
+
+    async def main() -> None:
+        service = RelayService(config, inspector(), watcher=FakeWatcher)
+        await service.start()
+        try:
+            first = (
+                "relay interfaces (--iface, relay.interfaces): 'nosuch0' matches no interface; "
+                "'lo' matches only loopback (lo), which is excluded"
+            )
+            assert warnings(caplog) == [first]  # at start
+            now = asyncio.get_running_loop().time()
+            # re-plans and ticks that change nothing about the names say nothing again
+            down = dataclasses.replace(two_lans.interfaces[1], up=False)
+            FakeWatcher.last.move(Topology((two_lans.interfaces[0], down, loopback())))
+            for second in range(5):
+                service.tick(now + second)
+            service.reconfigure(config)
+            assert warnings(caplog) == [first]
+            # nosuch0 appears: said on the re-plan, or when the minute since the last is over
+            nosuch0 = lan(7, "nosuch0", "10.9.7.1")
+            FakeWatcher.last.move(Topology((*two_lans.interfaces, loopback(), nosuch0)))
+            service.tick(now + WARN_GAP)
+            assert warnings(caplog) == [
+                first,
+                "relay interfaces (--iface, relay.interfaces): 'lo' matches only loopback (lo), "
+                "which is excluded",
+            ]
+        finally:
+            await service.stop()
+
+    caplog.set_level("INFO")
+    asyncio.run(main())
+
+
+def test_ipx_service_warns_about_names_that_match_no_interface(
+    two_lans: Topology, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FakeWatcher.initial = Topology((*two_lans.interfaces, loopback()))
+    monkeypatch.setattr("ipxbridge.app.ipx.TopologyWatcher", FakeWatcher)
+    port = free_udp_port()
+    # no port opens (nothing is sent to the fake LANs' addresses, which are not this box's)
+    entries = [{"name": n, "kinds": ["rfc1234"]} for n in ("nosuch1", "lo")]
+    config = load_config(
+        None,
+        {},
+        {"ipx": {"listen": f"0.0.0.0:{port}", "interfaces": entries}, "http": {"listen": "off"}},
+    )
+
+    async def main() -> None:
+        service = IpxService(config, inspector())
+        await service.start()
+        try:
+            assert warnings(caplog) == [
+                "IPX interface ports (--ipx-iface, ipx.interfaces): 'nosuch1' matches no "
+                "interface; 'lo' matches only loopback (lo), which is excluded"
+            ]
+            lone = Topology((two_lans.interfaces[0], loopback()))
+            FakeWatcher.last.move(lone)  # a re-plan, the same names unmatched
+            assert len(warnings(caplog)) == 1
+        finally:
+            await service.stop()
+
+    caplog.set_level("INFO")
+    asyncio.run(main())
+
+
+def test_unmatched_names_are_said_once_per_change_and_at_most_once_a_gap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO")
+    names = UnmatchedNames("relay interfaces", gap=60)
+    lan_a = Topology((lan(1, "lanA", "10.9.1.1"),))
+    lan_ab = Topology((*lan_a.interfaces, lan(2, "lanB", "10.9.2.1")))
+    names.check(lan_a, ["lanA", "lanB"], 0)
+    assert warnings(caplog) == ["relay interfaces: 'lanB' matches no interface"]
+    names.check(lan_a, ["lanA", "lanB"], 1)  # the same: nothing
+    names.check(lan_ab, ["lanA", "lanB"], 2)  # changed, within the gap: held back
+    names.check(lan_a, ["lanA", "lanB"], 3)  # and changed back: nothing left to say
+    names.tick(61)
+    assert len(warnings(caplog)) == 1
+    names.check(lan_ab, ["lanA", "lanB"], 70)  # a change after the gap: said at once
+    names.check(lan_a, ["lanA", "lanB"], 71)  # a flap: held back until 130
+    names.tick(129)
+    assert warnings(caplog)[1:] == ["relay interfaces: every name matches an interface now"]
+    names.tick(130)
+    assert warnings(caplog)[2:] == ["relay interfaces: 'lanB' matches no interface"]
+    names.check(lan_a, ["lanA", "10.1.2.0/33"], 500)  # a bad CIDR: the plan reports it
+    assert len(warnings(caplog)) == 3
 
 
 # --- the IPX service on a real socket ------------------------------------------------------

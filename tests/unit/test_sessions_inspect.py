@@ -4,12 +4,12 @@ import uuid
 
 import pytest
 
+from ipxbridge.commands.sessions import render_table
 from ipxbridge.games import game_table, parse_guid
 from ipxbridge.obs.status import render_status
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.reassembly import Reassembler
 from ipxbridge.policy.sessions import SessionTable, session_json
-from ipxbridge.sessions_cmd import render_table
 from ipxbridge.wire.directplay import (
     EnumSessionsReply,
     PacketFragment,

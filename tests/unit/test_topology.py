@@ -5,8 +5,10 @@ import json
 
 import pytest
 
-from ipxbridge.interfaces_cmd import NO_PEERS, describe, render_json, render_text
+from ipxbridge.commands.interfaces import NO_PEERS, describe, render_json, render_text
+from ipxbridge.policy.ipx_ports import IpxInterface
 from ipxbridge.policy.relay import Selection, build_plan
+from ipxbridge.policy.switch import PortKind
 from ipxbridge.policy.topology import (
     ARPHRD_ETHER,
     ARPHRD_LOOPBACK,
@@ -14,6 +16,7 @@ from ipxbridge.policy.topology import (
     Interface,
     InterfaceAddress,
     Topology,
+    Unmatched,
     broadcast_for,
     build_interface,
     classify_kind,
@@ -22,6 +25,7 @@ from ipxbridge.policy.topology import (
     owner_of,
     select,
     unicast_targets,
+    unmatched,
 )
 
 # ifi_flags as seen on this kernel (experiment in the task notes, see the report)
@@ -286,6 +290,27 @@ def test_select_nothing_means_every_non_loopback() -> None:
 def test_select_rejects_bad_cidr(pattern: str) -> None:
     with pytest.raises(ValueError, match="CIDR"):
         select(TOPO, [pattern])
+
+
+def test_unmatched_names_each_pattern_that_selects_nothing_and_loopback_only_ones() -> None:
+    found = unmatched(TOPO, ["eth0", "lo", "nosuch0", "127.0.0.0/8", "lo", "wg*", "l?"])
+    assert found == (
+        Unmatched("lo", ("lo",)),
+        Unmatched("nosuch0"),
+        Unmatched("127.0.0.0/8", ("lo",)),
+        Unmatched("l?", ("lo",)),
+    )
+    assert [str(u) for u in found[:2]] == [
+        "'lo' matches only loopback (lo), which is excluded",
+        "'nosuch0' matches no interface",
+    ]
+    assert unmatched(TOPO, []) == ()  # no patterns: every interface, nothing unmatched
+    with pytest.raises(ValueError, match="CIDR"):
+        unmatched(TOPO, ["10.1.2.0/33"])
+    # `ipxbridge interfaces --iface lo --ipx-iface lo` says the same
+    ipx = (IpxInterface("lo", (PortKind.ETHERNET,)),)
+    text = render_text(describe(TOPO, (Selection("lo"),), {}, ipx=ipx), (47624,), "x", "y")
+    assert text.count("\n  'lo' matches only loopback (lo), which is excluded\n") == 2
 
 
 # --- owner_of ---------------------------------------------------------------------------

@@ -1,15 +1,29 @@
-"""Offline decoding for ``ipxbridge decode``: hex strings and capture files to JSON-able dicts.
+"""``ipxbridge decode``: hex strings and capture files decoded offline to JSON-able dicts.
 
 Every frame becomes one object with the keys ``ok``, ``error``, ``ipx`` and ``directplay``
 (issue 3 fixes these names; more keys are additions). Nothing here raises for bad input:
-a frame that does not decode has ``ok: false`` and the reason in ``error``.
+a frame that does not decode has ``ok: false`` and the reason in ``error``. A captured frame
+that is neither UDP nor TCP (ICMP, ARP, ...) is no failure: it is ``ok`` with what it
+carries in ``skipped``, left out of the text listing and counted in its last line.
 """
 
+import argparse
+import json
+from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from ipxbridge.io.capture import read_capture
+from ipxbridge.commands.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    SubParsers,
+    add_command,
+    report,
+)
+from ipxbridge.games import game_table
 from ipxbridge.policy.sessions import (
     dp4_lobby,
     dp8_lobby,
@@ -36,9 +50,25 @@ from ipxbridge.wire.directplay import (
 from ipxbridge.wire.dplay8 import is_dp8_port
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ipx import HEADER_LEN, IPX_UDP_PORT, IpxHeader, parse_header
-from ipxbridge.wire.pcap import Frame
+from ipxbridge.wire.pcap import Frame, PcapError
 
 Json = dict[str, Any]
+
+EXAMPLES = (
+    (
+        "ipxbridge decode --hex 'ffff 001e 0004 00000000 ffffffffffff 4002 00000000 "
+        "020000000001 4002'",
+        "one frame given as hex: an IPX packet (UDP 213 payload) or a DirectPlay message",
+    ),
+    (
+        "ipxbridge decode --pcap lan-party.pcapng",
+        "each UDP and TCP frame of a capture, one line each; others (ICMP, ARP) counted last",
+    ),
+    (
+        "ipxbridge decode --pcap lan-party.pcap --json",
+        "the same as JSON: one object per frame with ok, error, ipx and directplay",
+    ),
+)
 
 
 def ipx_json(h: IpxHeader) -> Json:
@@ -182,11 +212,17 @@ def decode_ipx(data: bytes, games: Mapping[UUID, str]) -> Json:
 
 
 def looks_like_ipx(data: bytes) -> bool:
-    """Checksum 0xFFFF and a Length field equal to the size: an IPX packet (issue 3)."""
+    """Checksum 0xFFFF and a Length field of at least a header: an IPX packet.
+
+    The Length need not equal the size: one that does not is the IPX error ``bad_length``,
+    reported with both numbers. Read as DirectPlay instead, such a packet passed for a
+    DirectPlay 8 DFRAME (0xFF sets the data bit), which no game sends with every command
+    and control bit set.
+    """
     return (
         len(data) >= HEADER_LEN
         and data[:2] == b"\xff\xff"
-        and int.from_bytes(data[2:4], "big") == len(data)
+        and int.from_bytes(data[2:4], "big") >= HEADER_LEN
     )
 
 
@@ -218,6 +254,17 @@ def decode_frame(frame: Frame, games: Mapping[UUID, str]) -> list[Json]:
         "src": f"{frame.src}:{frame.sport}",
         "dst": f"{frame.dst}:{frame.dport}",
     }
+    if frame.other is not None:  # not ours to decode, and nothing wrong with it
+        return [
+            {
+                **base,
+                "ok": True,
+                "error": None,
+                "skipped": frame.other,
+                "ipx": None,
+                "directplay": None,
+            }
+        ]
     if frame.error is not None:
         return [
             {
@@ -271,10 +318,23 @@ def decode_pcap(data: bytes, games: Mapping[UUID, str]) -> list[Json]:
     Raises:
         PcapError: the file itself is unreadable (``reason`` in ``wire.pcap.PCAP_REASONS``).
     """
+    from ipxbridge.io.capture import read_capture  # noqa: PLC0415 - python-pcapng: light --help
+
     out: list[Json] = []
     for frame in read_capture(data):
         out.extend(decode_frame(frame, games))
     return out
+
+
+def skipped_line(items: list[Json]) -> str | None:
+    """The listing's last line when frames were skipped: how many, and what they carried."""
+    kinds = Counter(str(i["skipped"]) for i in items if i.get("skipped"))
+    if not kinds:
+        return None
+    total = sum(kinds.values())
+    what = ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
+    noun = "frame that is" if total == 1 else "frames that are"
+    return f"skipped {total} {noun} not UDP or TCP: {what}"
 
 
 def summary_line(item: Json) -> str:
@@ -308,3 +368,44 @@ def summary_line(item: Json) -> str:
             text += f" map={dp['map']!r}"
         parts.append(text)
     return f"{head}: " + ("; ".join(parts) or item.get("note", "not IPX or DirectPlay"))
+
+
+def add_parser(sub: SubParsers) -> None:
+    """Register ``decode``."""
+    parser = add_command(
+        sub, "decode", run, summary="decode IPX / DirectPlay frames offline", examples=EXAMPLES
+    )
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--hex", metavar="HEX", help="one frame as hex (spaces allowed)")
+    src.add_argument("--pcap", type=Path, metavar="FILE", help="a capture file: pcap or pcapng")
+    parser.add_argument("--json", action="store_true", help="JSON list, one object per frame")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Decode, print (one line per frame, or JSON); exit 1 if a frame did not decode.
+
+    Frames that are neither UDP nor TCP are not failures: the text listing counts them in
+    its last line instead of a line each, the JSON keeps them with their ``skipped`` key.
+    """
+    games = game_table()
+    if args.hex is not None:
+        items = decode_hex(args.hex, games)
+    else:
+        try:
+            items = decode_pcap(args.pcap.read_bytes(), games)
+        except OSError as exc:
+            report([f"{args.pcap}: cannot read: {exc.strerror}"])
+            return EXIT_USAGE
+        except PcapError as exc:
+            report([f"{args.pcap}: {exc}"])
+            return EXIT_USAGE
+    if args.json:
+        print(json.dumps(items, indent=1))
+    else:
+        for item in items:
+            if not item.get("skipped"):
+                print(summary_line(item))
+        skipped = skipped_line(items)
+        if skipped is not None:
+            print(skipped)
+    return EXIT_OK if all(i["ok"] for i in items) else EXIT_FAILURE

@@ -32,8 +32,7 @@ for each kind that gets none, the planner's ``Skipped`` reason. Whether a port t
 Exit codes (house style rule 12): 0 ok, 1 the interfaces could not be read, 2 usage or
 configuration error (for example a malformed CIDR in ``--iface``).
 
-``cli.py`` wires it in with :func:`add_parser` and :func:`run`; :func:`main` runs it alone
-(``python -m ipxbridge.interfaces_cmd``), which the namespace tests use.
+``cli.py`` wires it in with :func:`add_parser` and :func:`run`.
 """
 
 import argparse
@@ -46,13 +45,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ipxbridge.config import (
-    Config,
-    ConfigError,
-    check_interface_pattern,
-    load_config,
-    parse_host_port,
+from ipxbridge.commands.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    SubParsers,
+    add_command,
+    iface_arg,
+    ipx_iface_arg,
+    port_arg,
 )
+from ipxbridge.commands.common import report as report_errors
+from ipxbridge.config import Config, ConfigError, load_config, parse_host_port
 from ipxbridge.policy.ipx_ports import IpxInterface, PortPlan, Skipped, plan_ports
 from ipxbridge.policy.relay import (
     LIMITED_BROADCAST,
@@ -63,16 +67,24 @@ from ipxbridge.policy.relay import (
     wireguard_reads,
 )
 from ipxbridge.policy.switch import PortKind
-from ipxbridge.policy.topology import Interface, Topology, select
+from ipxbridge.policy.topology import Interface, Topology, select, unmatched
 from ipxbridge.wire.ipx import IPX_UDP_PORT
 from ipxbridge.wire.ipxwrapper import IPXWRAPPER_UDP_PORT
 
-EXIT_OK: Final = 0
-EXIT_FAILURE: Final = 1
-EXIT_USAGE: Final = 2
 EVERY_INTERFACE: Final = "*"  # the preview selection when the relay is off
 NO_PEERS: Final = "p2p: no peers known — nothing would be sent; give peers in the config"
 FEW_EGRESSES: Final = "the relay needs at least two usable interfaces"
+EXAMPLES: Final = (
+    ("ipxbridge interfaces", "every interface, and what the relay would do with --iface '*'"),
+    (
+        "ipxbridge interfaces --iface eth0 --iface wg0",
+        "the plan `ipxbridge run --iface eth0 --iface wg0` would execute, and why not elsewhere",
+    ),
+    (
+        "ipxbridge interfaces --config /etc/ipxbridge/config.yaml --json",
+        "the relay's and the IPX ports' plans for a configuration file, as JSON",
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,20 +146,15 @@ class Report:
         return tuple(i.interface.name for i in self.interfaces if i.selected and not i.egress)
 
 
-def _port(text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a UDP port (1-65535)")
-    return int(text)
-
-
-def _pattern(text: str) -> str:
-    try:
-        return check_interface_pattern(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _configure(parser: argparse.ArgumentParser) -> None:
+def add_parser(sub: SubParsers) -> None:
+    """Register ``interfaces``."""
+    parser = add_command(
+        sub,
+        "interfaces",
+        run,
+        summary="list interfaces, the broadcast relay's plan and the IPX ports on them",
+        examples=EXAMPLES,
+    )
     parser.add_argument(
         "--config",
         type=Path,
@@ -157,7 +164,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="JSON: the plan and every interface")
     parser.add_argument(
         "--iface",
-        type=_pattern,
+        type=iface_arg,
         action="append",
         default=[],
         metavar="PATTERN",
@@ -167,7 +174,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--relay-port",
         action="append",
-        type=_port,
+        type=port_arg,
         default=[],
         metavar="PORT",
         help="UDP port whose broadcasts are relayed, as on `run`; repeatable (default the "
@@ -175,29 +182,12 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ipx-iface",
-        type=_ipx_iface,
+        type=ipx_iface_arg,
         action="append",
         default=[],
         metavar="NAME[:KIND,KIND]",
         help="IPX ports on this interface as on `run`; repeatable; kinds ethernet, ipxwrapper, "
         "rfc1234 (default ethernet,ipxwrapper); replaces the config's ipx.interfaces",
-    )
-
-
-def _ipx_iface(text: str) -> dict[str, Any]:
-    # cli.py imports this module at start-up; its parser is looked up when it is needed.
-    from ipxbridge.cli import ipx_iface_arg  # noqa: PLC0415
-
-    return ipx_iface_arg(text)
-
-
-def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    """Register ``interfaces`` on the top-level ``ipxbridge`` sub-command parser."""
-    _configure(
-        sub.add_parser(
-            "interfaces",
-            help="list interfaces, the broadcast relay's plan and the IPX ports on them",
-        )
     )
 
 
@@ -529,6 +519,12 @@ def render_json(
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
 
+def _unmatched_lines(report: Report, patterns: Sequence[str]) -> list[str]:
+    """Each pattern that selects nothing, in words (one that matches only loopback says so)."""
+    topology = Topology(tuple(i.interface for i in report.interfaces))
+    return [f"  {u}" for u in unmatched(topology, patterns)]
+
+
 def _header(report: Report, ports: Sequence[int], source: str) -> list[str]:
     lines = [f"relayed UDP ports: {', '.join(str(p) for p in ports)}"]
     if not report.configured:
@@ -543,7 +539,7 @@ def _header(report: Report, ports: Sequence[int], source: str) -> list[str]:
             extra += [f"peers {', '.join(sel.peers)}"] if sel.peers else []
             shown.append(f"{sel.pattern} ({'; '.join(extra)})" if extra else sel.pattern)
         lines.append(f"relay interfaces ({source}): {', '.join(shown)}")
-    lines.extend(f"  {p!r} matches no interface" for p in report.unmatched)
+    lines += _unmatched_lines(report, report.unmatched)
     primary = next((i.interface for i in report.interfaces if i.primary), None)
     if primary is not None:
         lines.append(
@@ -566,7 +562,7 @@ def _ipx_header(report: Report, source: str) -> list[str]:
         extra += [f"framing {entry.framing}"] if entry.framing != "auto" else []
         shown.append(f"{entry.pattern} ({'; '.join(extra)})")
     lines = [f"IPX interface ports ({source}): {', '.join(shown)}"]
-    lines.extend(f"  {p!r} matches no interface" for p in report.ipx_unmatched)
+    lines += _unmatched_lines(report, report.ipx_unmatched)
     return lines
 
 
@@ -632,7 +628,7 @@ def render_text(
 
 def _read_topology() -> Topology | None:
     """Read the topology once, as ``TopologyWatcher.start`` does; None if impossible."""
-    # Imported here so `ipxbridge --help` does not load pyroute2 (as cli.py does for `run`).
+    # Imported here so `ipxbridge --help` does not load pyroute2 (as `run` does for the app).
     from ipxbridge.io.netlink import read_topology, read_topology_fallback  # noqa: PLC0415
 
     try:
@@ -655,7 +651,7 @@ def run(args: argparse.Namespace) -> int:
     from ipxbridge.io.wireguard import read_wireguard_peers  # noqa: PLC0415 - see above
 
     flags: dict[str, Any] = {}
-    if args.iface:  # as `run --iface` (cli._flags): replaces relay.interfaces
+    if args.iface:  # as `run --iface` (commands.run.flags): replaces relay.interfaces
         flags.setdefault("relay", {})["interfaces"] = [{"name": n} for n in args.iface]
     if args.relay_port:
         flags.setdefault("relay", {})["ports"] = list(dict.fromkeys(args.relay_port))
@@ -664,8 +660,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, flags=flags)
     except ConfigError as exc:
-        for line in exc.errors:
-            print(f"ipxbridge: {line}", file=sys.stderr)
+        report_errors(exc.errors)
         return EXIT_USAGE
     selections, configured = relay_selections(config)
     if args.iface:
@@ -721,17 +716,3 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_text(report, ports, source, ipx_source))
     return EXIT_OK
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``interfaces`` on its own (``python -m ipxbridge.interfaces_cmd [--json] ...``)."""
-    parser = argparse.ArgumentParser(
-        prog="ipxbridge interfaces",
-        description="List interfaces and the plan the broadcast relay executes on them.",
-    )
-    _configure(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
