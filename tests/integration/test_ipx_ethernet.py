@@ -634,7 +634,7 @@ def test_a_station_reaches_a_remote_node_at_the_bridges_mac_or_at_the_node(
     bridge = start_bridge(net, b, workdir)
     try:
         client = Client(c, SERVER)
-        client.answer_keepalive()
+        client.announce()  # a game's first broadcast: its keyed node verifies it
         station = Station(s, "st0")
         mac = STATIONS["ethernet_ii"]
         hello = ipx_layer(dst=BROADCAST, src=mac, payload=b"station here")
