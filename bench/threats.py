@@ -1014,7 +1014,11 @@ def attack_batches(net: Lan, cfg: Cfg) -> list[Result]:
                 f"{outcomes:,}: {'yes' if received == outcomes else 'no'}",
                 tb_control == 0 and received == outcomes,
             )
-            # 2. bad batches, from the DOSBox client on 213 and from a UDP host on 54792
+            # 2. bad batches, from the DOSBox client on 213 and from a UDP host on 54792.
+            # The control's frames from b1's own MAC moved that MAC to the attacker's port
+            # in the Linux bridge; b1's next beacon (every 5 s, from its MAC) moves it back,
+            # else the attacker's datagrams to b1 go to the attacker's own port.
+            time.sleep(5.5)
             count = cfg.n(300, 3000)
             fwd0 = sample(m1, "ipxbridge_forwarded_packets_total", path="ipx")
             drops0 = sum(by_reason(m1, "batch_").values())
