@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Interface ports under attack (reliability.md R19-R24, and R7's rejoin): the threat table.
+"""Interface ports under attack (R19-R24, R7's rejoin): the threat table.
+
+The README's "Interface ports under attack" quotes its output.
 
 One command builds its own namespaces (``benchlib/ipxlan.py``: two ipxbridges on one Linux
 bridge with the default kinds of ``--ipx-iface lan0``, ethernet + ipxwrapper, peered over a

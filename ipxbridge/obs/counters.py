@@ -66,7 +66,7 @@ class IpxCounters:
         # unproven_host (io/segments.py); internal_error (io/udp.IpxEndpoint.fault).
         self.copies_dropped: Counter[tuple[str, str, str]] = Counter()
         # Entries pushed out of a bounded table, by (table, reason): learned nodes, framings,
-        # bridges heard on a segment, port links (docs/threat-model.md: bounded tables).
+        # bridges heard on a segment, port links (policy/tables.py).
         self.table_evictions: Counter[tuple[str, str]] = Counter()
 
     @property

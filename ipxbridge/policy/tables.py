@@ -2,8 +2,8 @@
 
 ``ProvenTable`` holds what the switch learns from traffic (which port a node is behind, which
 bridges are on a segment). A flood of new keys from one sender must neither grow memory nor
-evict a quiet station that is known to be real (reliability.md R24), so entries live in two
-tiers:
+evict a quiet station that is known to be real (R24 in the README's "Interface ports under
+attack"), so entries live in two tiers:
 
 * **unproven**: heard once, or only within ``PROOF_AFTER`` of when it was first heard. A flood
   of unique keys (one packet each) stays here and churns here.

@@ -5,8 +5,8 @@ Linux bridge with ethernet + ipxwrapper on ``lan0`` and peered over a link of th
 native Ethernet II station, an IPXWrapper host, quiet stations, remote DOSBox-protocol clients
 that never answer pings, an attacker with a raw AF_PACKET socket, a plain UDP socket and a raw
 IP socket) measures every attack once; each test below judges one of them by the pass figure
-of reliability.md R19-R24 (and R7 for the rejoin). The script and these tests share the
-measurements: nothing here sends a packet.
+of R19-R24 (and R7 for the rejoin), the README's "Interface ports under attack". The script
+and these tests share the measurements: nothing here sends a packet.
 
 The figures each test reads are in the script's JSON (``attacks.NAME.values``); the failure
 message carries the rows of the threat table, what was measured in words, and the figures.
