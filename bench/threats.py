@@ -805,6 +805,9 @@ def beacon_run(net: Lan, cfg: Cfg, variant: str, *, key: bool) -> dict[str, Any]
         "copies_w1": sum(at_w1[s] for s in window) / max(sum(1 for s in window if at_w1[s]), 1),
         "longest_gap": gaps,
         "missing_n1": [s for s in window if not at_n1[s]][:20],
+        # Which broadcasts arrived more than once, and when: startup or steady state
+        "extra_n1": [s for s in window if at_n1[s] > 1][:20],
+        "extra_w1": [s for s in window if at_w1[s] > 1][:20],
         "on_wire": on_wire,  # what each bridge put on site A's segment, by kind
         "forged": att.sent,
         "beacons_heard": beacons_heard,

@@ -120,6 +120,7 @@ class Sink(Protocol):
         data: bytes,
         *,
         via: object = None,
+        sender: object = None,
         label: tuple[str, str] | None = None,
     ) -> Decision: ...
     def reject(self, kind: str, interface: str, size: int, reason: str) -> None: ...  # noqa: D102
@@ -326,7 +327,9 @@ class EthernetPort:
                     sink.reject(PortKind.ETHERNET, name, len(frame), exc.reason)
                     continue
                 packet = bytes(parsed.packet)
-                decision = sink.ingest(self.segment, packet, via=parsed.framing, label=label)
+                decision = sink.ingest(
+                    self.segment, packet, via=parsed.framing, sender=parsed.src_mac, label=label
+                )
                 if accepted(decision) and parsed.src_mac == packet[22:28]:
                     # Only a station speaking for itself (frame source = IPX source node):
                     # another bridge's copies carry that bridge's MAC (``send``).
@@ -559,7 +562,7 @@ class IpxWrapperSocket:
                 except WireError as exc:
                     sink.reject(PortKind.IPXWRAPPER, segment.interface, len(data), exc.reason)
                     continue
-                decision = sink.ingest(segment, packet, label=label)
+                decision = sink.ingest(segment, packet, sender=ip, label=label)
                 if decision.detail == "batch":
                     # From its packets as from lone ones; its own header is checked by nobody.
                     for inner, one in decision.inner:

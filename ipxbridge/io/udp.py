@@ -236,6 +236,7 @@ class IpxEndpoint:
         data: bytes,
         *,
         via: object = None,
+        sender: object = None,
         label: tuple[str, str] | None = None,
     ) -> Decision:
         """One IPX packet from an interface port (``io/segments.py``): switched and counted.
@@ -252,7 +253,7 @@ class IpxEndpoint:
             now = self._loop.time()
             self._sample = (self._sample + 1) & 15
             started = perf_counter() if self._sample == 0 else 0.0
-            decision = self.switch.handle_segment(segment, data, now, via=via)
+            decision = self.switch.handle_segment(segment, data, now, via=via, sender=sender)
             counters = self.counters
             counters.received += 1
             counters.received_bytes += len(data)

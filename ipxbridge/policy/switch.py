@@ -107,6 +107,11 @@ has no hop field. The I/O layer turns a segment target into frames or datagrams.
      what keeps two bridges from both translating between the kinds, and the copies of one
      from coming back through the other as new packets.
 
+   * a packet that arrived from segment S in a frame or datagram from a trusted bridge B's
+     port (the link-layer source of B's beacons there) is B's copy: B put it on every segment
+     it is on and sent it over its peer link, so it goes to none of those, whatever the ids.
+     Its copy over the peer link may arrive after the one on the segment.
+
    * a packet that arrived from a peer P is not sent to another peer that lists P among its
      own peers: it gets the packet from P directly, and a relayed copy that overtook P's
      would look to it like this bridge's (the first two clauses would then leave it off a
@@ -301,6 +306,7 @@ class HeardBridge:
     tag: bytes
     peers: frozenset[bytes]  # as the beacon lists them (trusted only when signed)
     signed: bool
+    sender: object = None  # the link-layer source of its beacons: its port's MAC or IP
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,8 +474,9 @@ class IpxSwitch:
         )
         self.segments: dict[Segment, None] = {}
         self._ports: tuple[Port, ...] = ()
-        self._flood_targets: dict[Port, tuple[Port, ...]] = {}
-        self._peer_targets: dict[Port, tuple[Port, ...]] = {}
+        # Keyed by the ingress, and by the bridge whose copy it was when one put it there
+        self._flood_targets: dict[object, tuple[Port, ...]] = {}
+        self._peer_targets: dict[object, tuple[Port, ...]] = {}
         # Registered, not yet proven (rule 2); insertion order = age, for eviction.
         self._unverified: dict[Address, None] = {}
         # Per IPv4 address, its unverified clients, oldest first (``max_unverified_per_ip``).
@@ -666,24 +673,54 @@ class IpxSwitch:
         self._flood_targets.clear()
         self._peer_targets.clear()
 
-    def _all_but(self, ingress: Port) -> tuple[Port, ...]:
-        """Every port except the ingress, cached until membership changes."""
-        targets = self._flood_targets.get(ingress)
+    def _served_by(self, bridge: bytes) -> frozenset[Port]:
+        """The ports where ``bridge`` puts a packet itself (rule 8).
+
+        The segments it is trusted on, and its peer link.
+        """
+        segments = {seg for seg in self.segments if bridge in self.trusted_bridges(seg)}
+        links = {a for a, info in self._peer_info.items() if info.bridge_id == bridge}
+        return frozenset(segments | links)
+
+    def _all_but(self, ingress: Port, bridge: bytes | None = None) -> tuple[Port, ...]:
+        """Every port except the ingress, cached until membership changes.
+
+        For a copy another bridge put on a segment, not the ports that bridge serves either.
+        """
+        key = ingress if bridge is None else (ingress, bridge)
+        targets = self._flood_targets.get(key)
         if targets is None:
             shared = self._skip_for(ingress)
+            if bridge is not None:
+                shared |= self._served_by(bridge)
             targets = tuple(p for p in self._ports if p != ingress and p not in shared)
-            self._flood_targets[ingress] = targets
+            self._flood_targets[key] = targets
         return targets
 
-    def _peers_but(self, ingress: Port) -> tuple[Port, ...]:
+    def _peers_but(self, ingress: Port, bridge: bytes | None = None) -> tuple[Port, ...]:
         """Peers and segments except the ingress: where an unknown unicast may go (rule 7)."""
-        targets = self._peer_targets.get(ingress)
+        key = ingress if bridge is None else (ingress, bridge)
+        targets = self._peer_targets.get(key)
         if targets is None:
             shared = self._skip_for(ingress)
+            if bridge is not None:
+                shared |= self._served_by(bridge)
             owners: tuple[Port, ...] = (*self.peers, *self.segments)
             targets = tuple(p for p in owners if p != ingress and p not in shared)
-            self._peer_targets[ingress] = targets
+            self._peer_targets[key] = targets
         return targets
+
+    def _bridge_sent(self, segment: Segment, sender: object) -> bytes | None:
+        """The trusted bridge that put a packet on ``segment``, if any (rule 8).
+
+        ``sender`` is the frame's source MAC or the datagram's source IP.
+        """
+        if sender is None:
+            return None
+        for bridge, heard in self.trusted_bridges(segment).items():
+            if heard.sender == sender:
+                return bridge
+        return None
 
     def _register(self, addr: Address, size: int, now: float) -> Decision:
         client = self.clients.get(addr)
@@ -857,17 +894,25 @@ class IpxSwitch:
             return _drop("own_packet")
         segment = self.udp_segment_for(src[0])
         if segment is not None:
-            return self._from_segment(segment, header, data, now, segment)
+            return self._from_segment(segment, header, data, now, segment, sender=src[0])
         return _drop("unregistered")
 
     def handle_segment(
-        self, segment: Segment, data: bytes, now: float, *, via: object = None
+        self,
+        segment: Segment,
+        data: bytes,
+        now: float,
+        *,
+        via: object = None,
+        sender: object = None,
     ) -> Decision:
         """Decide what to do with one IPX packet received on an interface port.
 
         ``via`` tells copies apart that arrive on the same segment as different ports for
-        the duplicate filter: an Ethernet segment passes the framing (rule 8). Never raises
-        for remote input.
+        the duplicate filter: an Ethernet segment passes the framing (rule 8). ``sender`` is
+        the link-layer source (a frame's source MAC, a datagram's source IP): a copy from a
+        trusted bridge's port is that bridge's, and it serves its other ports itself. Never
+        raises for remote input.
         """
         try:
             header = parse_header(data)
@@ -875,8 +920,10 @@ class IpxSwitch:
             return _drop(exc.reason)
         key = (segment, via)
         if header.is_coalesced:
-            return self._batch(data, lambda h, p: self._from_segment(segment, h, p, now, key))
-        return self._from_segment(segment, header, data, now, key)
+            return self._batch(
+                data, lambda h, p: self._from_segment(segment, h, p, now, key, sender=sender)
+            )
+        return self._from_segment(segment, header, data, now, key, sender=sender)
 
     def _batch(self, data: bytes, switch_one: Callable[[IpxHeader, bytes], Decision]) -> Decision:
         """A coalesced batch: each packet switched by ``switch_one`` as a lone one (rule 1).
@@ -899,19 +946,32 @@ class IpxSwitch:
         return Decision(Outcome.CONTROL, "batch", inner=tuple(inner))
 
     def _from_segment(
-        self, segment: Segment, header: IpxHeader, data: bytes, now: float, via: object
+        self,
+        segment: Segment,
+        header: IpxHeader,
+        data: bytes,
+        now: float,
+        via: object,
+        *,
+        sender: object = None,
     ) -> Decision:
         if header.is_registration:
             return _drop("unexpected_registration")
         if is_beacon(header, data):
-            return self._segment_beacon(segment, header, data, now)
+            return self._segment_beacon(segment, header, data, now, sender)
         node = header.src_node
         if node in self._client_by_node or node == self.bridge_id:
             return _drop("loop")
         if header.dst_node == self.bridge_id:
             return Decision(Outcome.CONTROL, "to_bridge", header=header)
         hops_in = 0 if segment.kind is PortKind.IPXWRAPPER else header.hops  # no hop field
-        return self._forward(header, data, segment, now, (), hops_in=hops_in, via=via, learn=True)
+        # A copy another bridge put here (its own client's packet, or one from its peer) may
+        # reach this bridge before the copy over the peer link does; it is that bridge's
+        # to carry to the ports it serves, whatever the bridge ids (rule 8).
+        bridge = self._bridge_sent(segment, sender) if self._heard else None
+        return self._forward(
+            header, data, segment, now, (), hops_in=hops_in, via=via, learn=True, bridge=bridge
+        )
 
     def _peer_beacon(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
         """A peer's beacon over the peer link: its bridge id, tags and peers (rule 8)."""
@@ -944,7 +1004,7 @@ class IpxSwitch:
         return Decision(Outcome.CONTROL, "beacon", replies=tuple(self._announcements()))
 
     def _segment_beacon(
-        self, segment: Segment, header: IpxHeader, data: bytes, now: float
+        self, segment: Segment, header: IpxHeader, data: bytes, now: float, sender: object
     ) -> Decision:
         """Another bridge's beacon on a segment: remembered, believed only if trusted (rule 8)."""
         try:
@@ -961,14 +1021,16 @@ class IpxSwitch:
         if before is not None and self._beacon_key is not None and beacon.seq <= before.seq:
             seen[bridge] = before
             return _drop("beacon_replay")
-        heard = HeardBridge(now, beacon.seq, beacon.tag, beacon.peers, beacon.signed)
+        heard = HeardBridge(now, beacon.seq, beacon.tag, beacon.peers, beacon.signed, sender)
         seen[bridge] = heard
         if len(seen) > MAX_BRIDGES_PER_SEGMENT:
             self._evict_bridge(seen)
         was_trusted = before is not None and self._trusted(bridge, before)
         trusted = self._trusted(bridge, heard)
         if (was_trusted or trusted) and (
-            was_trusted != trusted or before is None or before.peers != heard.peers
+            was_trusted != trusted
+            or before is None
+            or (before.peers, before.sender) != (heard.peers, heard.sender)
         ):
             self._topology_changed()  # only trusted bridges shape the targets
         if not trusted:
@@ -1093,6 +1155,7 @@ class IpxSwitch:
         hops_in: int,
         via: object = None,
         learn: bool = False,
+        bridge: bytes | None = None,
     ) -> Decision:
         filtered = self.settings.filtered_sockets
         dst_socket = header.dst_socket
@@ -1117,13 +1180,13 @@ class IpxSwitch:
             return Decision(Outcome.DROPPED, "hop_limit", replies=replies)
         if header.is_broadcast:
             kind = "broadcast"
-            targets = self._all_but(ingress)
+            targets = self._all_but(ingress, bridge)
         else:
             owner = self._lookup(header.dst_node, now)
             if owner is None:
                 # Only peers and segments may own an unknown node; a DOSBox client would take
                 # it (rule 7).
-                targets = self._peers_but(ingress)
+                targets = self._peers_but(ingress, bridge)
                 if not targets:
                     return Decision(Outcome.DROPPED, "unknown_destination", replies=replies)
                 kind = "flooded"

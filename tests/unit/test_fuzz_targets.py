@@ -68,7 +68,7 @@ def test_a_round_trip_mismatch_fails(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_switch_property_catches_a_reflection_to_the_ingress(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(switch_mod.IpxSwitch, "_all_but", lambda self, _ingress: self._ports)
+    monkeypatch.setattr(switch_mod.IpxSwitch, "_all_but", lambda self, *_args: self._ports)
     with pytest.raises(AssertionError):
         targets.check_switch(TARGETS["switch"].seeds()[0])
 

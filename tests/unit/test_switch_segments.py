@@ -306,6 +306,29 @@ def test_packets_between_two_kinds_on_one_wire_are_translated_by_the_lowest_brid
     assert WRAP in up.handle_segment(ETH0, packet(NATIVE, data=b"v"), 2.0).targets
 
 
+def test_a_copy_another_bridge_put_on_the_segment_is_left_to_that_bridge() -> None:
+    """Rule 8: a higher bridge's own client's packet, heard on eth0 from that bridge's port
+    before its peer-link copy arrives, is not translated to IPXWrapper by the lower bridge:
+    the higher one put it there itself (the race left an occasional duplicate)."""
+    up_mac, up_ip = b"\x02\x00\x00\x00\x00\x09", "10.0.0.9"
+    sw = keyed()
+    for segment, sender, n in ((ETH0, up_mac, 1), (WRAP, up_ip, 2)):
+        beacon = ipx.build_beacon(HIGHER, seq=1000, tag=tag(segment, n), key=KEY)
+        assert sw.handle_segment(segment, beacon, 1.0, sender=sender).detail == "beacon"
+    d = sw.handle_segment(ETH0, packet(NATIVE, data=b"w"), 2.0, sender=up_mac)
+    assert d.outcome is Outcome.FORWARDED
+    assert WRAP not in d.targets  # HIGHER serves IPXWrapper itself
+    assert {A, B, RFC} <= set(d.targets)  # where HIGHER is not, this bridge still goes
+    # The same packet from a station's own MAC is translated: this bridge is the lowest.
+    d = sw.handle_segment(ETH0, packet(NATIVE, data=b"x"), 2.0, sender=b"\x02" * 6)
+    assert WRAP in d.targets
+    # An unsigned beacon claiming that port's MAC changes nothing (a bystander's).
+    forged = ipx.build_beacon(LOWER, seq=2000, tag=tag(ETH0, 3))
+    assert sw.handle_segment(ETH0, forged, 2.0, sender=b"\x02" * 6).detail != "beacon"
+    d = sw.handle_segment(ETH0, packet(NATIVE, data=b"y"), 2.0, sender=b"\x02" * 6)
+    assert WRAP in d.targets
+
+
 def test_a_peer_that_has_the_sender_as_a_peer_gets_nothing_relayed_from_it() -> None:
     """Two bridges on one segment both peered with a hub: each gets the hub's packets directly.
 
