@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Receive overload and per-source fairness on the broadcast relay (reliability.md R13).
+"""Receive overload and per-source fairness on the broadcast relay (docs/reliability.md R13).
 
 One flooder at ``--flood-pps`` (one process pinned to one core) and one legitimate player at
 10 pps broadcast to 255.255.255.255:47624 on the same segment; the bridge relays to the other
@@ -85,7 +85,7 @@ MODES: Final = {
     "python": ("--source-mode", "preserve", "--fast-path", "off"),
     "fast": ("--source-mode", "preserve", "--fast-path", "on"),
 }
-# R13 targets (reliability.md)
+# R13 targets (docs/reliability.md)
 MIN_DELIVERED_PCT: Final = 99.0
 MAX_P99_MS: Final = 50.0
 MAX_BOOKS_PCT: Final = 0.1

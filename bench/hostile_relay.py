@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hostile broadcasts against the relay (reliability.md R9 source validation, R7 reflection).
+"""Hostile broadcasts against the relay (docs/reliability.md R9 source validation, R7 reflection).
 
 Own namespaces (created and deleted here; traffic stays inside them)::
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reflection campaign against the IPX tunnel (reliability.md R7): can a spoofer aim the bridge
+"""Reflection campaign against the IPX tunnel (docs/reliability.md R7): can a spoofer aim the bridge
 at a third party?
 
 Own namespaces (created and deleted here; traffic stays inside them): ``box`` runs one

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Malformed-input soak (reliability.md R3): a hostile mixture at a fixed rate, then the books.
+"""Malformed-input soak (docs/reliability.md R3): a hostile mixture at a fixed rate, then the books.
 
 Usage (as root)::
 

@@ -961,7 +961,7 @@ def attack_beacon_flood(net: Lan, cfg: Cfg) -> Result:
 
 def bad_batches(src_node: bytes, seq: int) -> list[tuple[str, bytes]]:
     """Batches with one bad inner packet each: nested, oversize, inner length past the end or
-    below 30, bad inner checksum (protocols.md 6)."""
+    below 30, bad inner checksum (docs/protocols.md 6)."""
     good = ipx(BROADCAST, GAME_SOCKET, src_node, GAME_SOCKET, tag(BATCH_BAD, seq, 40))
     past = bytearray(good)
     past[2:4] = (len(good) + 20).to_bytes(2, "big")
@@ -1473,7 +1473,7 @@ def attack_rejoin(net: Lan, cfg: Cfg) -> Result:
             nat: list[bool] = []
             for i in range(17):
                 try:
-                    # IPXWrapper in DOSBox mode: registration type 2, retried (protocols.md 6).
+                    # IPXWrapper in DOSBox mode: registration type 2, retried (docs/protocols.md 6).
                     player_ = DosClient(
                         f"nat{i}",
                         net.ns["nat"],

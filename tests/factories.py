@@ -29,7 +29,7 @@ def dp8_response(**fields: Any) -> DP8EnumResponse:
 def armada_user(
     players: int = 0, flags: int = 0, map_name: bytes = b"", byte72: int = 0
 ) -> tuple[int, int, int, int]:
-    """dwUser1..4 as Star Trek: Armada fills them (protocols.md 1.6.1).
+    """dwUser1..4 as Star Trek: Armada fills them (docs/protocols.md 1.6.1).
 
     ``players`` goes to byte 73 (from ``play``), ``flags`` to byte 74 and ``map_name`` (at
     most 12 bytes, NUL-padded) to bytes 76..87, in wire order.

@@ -1,7 +1,7 @@
 """The threat bench's LAN: namespaces, ipxbridges, stations, clients, an attacker, taps.
 
 Everything lives in namespaces made here (``PREFIX_*``) and removed on the way out; no
-packet leaves them. The shapes follow protocols.md:
+packet leaves them. The shapes follow docs/protocols.md:
 
 * **Site A's segment** ``br0`` (a Linux bridge in ``seg``): the bridges ``b1`` and ``b2``
   (``lan0``, 10.77.0.1 and .2/24), a native station ``n1`` bound to Ethernet II (3.1: its
@@ -174,7 +174,7 @@ class Capture:
 
 
 class Station:
-    """A native IPX station on Ethernet, bound to one framing (protocols.md 3.1).
+    """A native IPX station on Ethernet, bound to one framing (docs/protocols.md 3.1).
 
     Its node is its MAC. It takes a frame only in its framing, addressed to its MAC or to
     broadcast (what its NIC and its IPX stack let through), and keeps the tagged ones.
@@ -219,7 +219,7 @@ class Station:
 
 
 class WrapperHost:
-    """An IPXWrapper host in its default mode (protocols.md 6).
+    """An IPXWrapper host in its default mode (docs/protocols.md 6).
 
     A shared socket on 54792 (broadcasts arrive there) and a private one it sends from. It
     takes a datagram only from a source in its subnet with a size field that matches, for
@@ -316,10 +316,10 @@ class TakeFn(Protocol):
 
 
 class DosClient:
-    """A DOSBox-protocol client (protocols.md 4): registers, then plays through the bridge.
+    """A DOSBox-protocol client (docs/protocols.md 4): registers, then plays through the bridge.
 
     It sends its registration ``tries`` times, ``timeout`` seconds apart, until a reply comes
-    (DOSBox sends it once; IPXWrapper's DOSBox mode retries, protocols.md 6).
+    (DOSBox sends it once; IPXWrapper's DOSBox mode retries, docs/protocols.md 6).
 
     ``answer_pings``: answers the bridge's ping as DOSBox does (4.5), which verifies it; an
     IPXWrapper host in DOSBox mode never does (6), and neither does a client that only sends.
@@ -343,7 +343,7 @@ class DosClient:
         _bigger_buffer(self.sock, 4 << 20)
         self.sock.bind(("0.0.0.0", 0))
         self.sock.settimeout(timeout)
-        # DOSBox's packet type is whatever was in memory, IPXWrapper's 2 (protocols.md 4.7).
+        # DOSBox's packet type is whatever was in memory, IPXWrapper's 2 (docs/protocols.md 4.7).
         registration = ipx(bytes(6), 2, bytes(6), 2, ptype=registration_type)
         for _ in range(tries):
             self.sock.sendto(registration, server)

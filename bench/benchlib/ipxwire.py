@@ -1,9 +1,9 @@
 """IPX on the wire as the threat bench writes and reads it, with ``struct`` only.
 
-Written from protocols.md, not from ``ipxbridge/wire``: what the bench checks must not be
+Written from docs/protocols.md, not from ``ipxbridge/wire``: what the bench checks must not be
 built or read by the code under test.
 
-* IPX header (protocols.md 3.1): 30 bytes, big-endian; checksum 0xFFFF means none.
+* IPX header (docs/protocols.md 3.1): 30 bytes, big-endian; checksum 0xFFFF means none.
 * The four Ethernet framings a NetWare ODI driver tells apart (3.1): EtherType 0x8137
   (Ethernet II); an 802.3 length followed by FF FF (raw 802.3), by E0 E0 03 (802.2), or by
   AA AA 03 00 00 00 81 37 (SNAP). Frames are padded to 60 bytes.
@@ -80,7 +80,7 @@ def ipx(
     src_net: bytes = ZERO_NET,
     length: int | None = None,
 ) -> bytes:
-    """One IPX packet (protocols.md 3.1); ``length`` lies about the Length field if given."""
+    """One IPX packet (docs/protocols.md 3.1); ``length`` lies about the Length field if given."""
     size = IPX_HEADER.size + len(data) if length is None else length
     head = IPX_HEADER.pack(
         checksum, size, hops, ptype, dst_net, dst_node, dst_socket, src_net, src_node, src_socket

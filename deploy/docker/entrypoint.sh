@@ -47,7 +47,7 @@
 #      init.
 #   3'. With NET_ADMIN the bridge may leave kernel state: the fast path's nftables table
 #      outlives a bridge that is killed, keeps copying broadcasts with no bridge, and on the
-#      host's network doubles every broadcast of the next, Python-path bridge (reliability.md
+#      host's network doubles every broadcast of the next, Python-path bridge (docs/reliability.md
 #      R18). So this script stays PID 1 as a supervisor. It steps down to uid 10001 itself
 #      first, keeping NET_ADMIN for `ipxbridge cleanup` (as root without CAP_KILL it could
 #      not signal a uid 10001 bridge). It runs cleanup, starts the bridge as its child

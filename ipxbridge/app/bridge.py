@@ -43,7 +43,7 @@ class Bridge:
             relay=self.relay,
         )
         # Start order. The relay goes first: it removes a table an earlier run left in the
-        # kernel before any service says the bridge is up (reliability.md R18). Stopped in
+        # kernel before any service says the bridge is up (docs/reliability.md R18). Stopped in
         # reverse, so the DirectPlay summary is the last line.
         self.services: tuple[Service, ...] = (self.relay, self.ipx, self.http, self.directplay)
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -305,7 +305,7 @@ class RelayService:
     async def _remove_stale_table(self) -> None:
         """Remove the nftables table of an earlier run that died without removing it.
 
-        After a SIGKILL the kernel keeps copying broadcasts with no bridge (reliability.md
+        After a SIGKILL the kernel keeps copying broadcasts with no bridge (docs/reliability.md
         R18). Runs on the nft worker (off the loop, and before any install queued after it).
         """
         result = await self._nft(remove_table)

@@ -123,7 +123,7 @@ def dplay_json(msg: DPlayMessage, games: Mapping[UUID, str]) -> Json:
             out.update(
                 session_name=parsed.name,
                 current_players=d.current_players,
-                **lobby_json(dp4_lobby(d)),  # max_players decoded (protocols.md 1.6.1)
+                **lobby_json(dp4_lobby(d)),  # max_players decoded (docs/protocols.md 1.6.1)
                 max_players_wire=d.max_players,
                 flags=d.flags,
                 instance_guid=format_guid(d.instance_guid),

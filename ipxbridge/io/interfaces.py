@@ -11,7 +11,7 @@ Contract:
   interface gets metric 0 (netifaces has no metrics).
 - The broadcast address is always computed from the prefix, never taken from netifaces.
   For ``ip addr add A/24`` without ``brd +`` glibc reports the box's *own* address as the
-  broadcast (seen here: ``'broadcast': '10.1.2.3'``; reliability.md item 8).
+  broadcast (seen here: ``'broadcast': '10.1.2.3'``; docs/reliability.md item 8).
 - :func:`select_ipv4` and :class:`Ipv4Interface` are the older
   one-row-per-address view used by the DirectPlay prober; they keep their behaviour.
   :func:`ipv4_from_topology` gives the same view of a pyroute2 snapshot.

@@ -207,7 +207,7 @@ class TopologyWatcher:
     ~100 ms (so a burst such as ``ip addr flush`` costs one re-read), re-reads the topology
     and calls ``on_change(new_topology)`` when it differs from the previous snapshot (an
     interface deleted and re-created gets a new ifindex, so it always differs:
-    reliability.md item 6). ``events`` counts messages by type (keys: :data:`EVENT_KEYS`).
+    docs/reliability.md item 6). ``events`` counts messages by type (keys: :data:`EVENT_KEYS`).
     The task never raises: netlink errors are logged and the socket re-opened after 1 s
     (followed by a re-read, since events may have been lost); an exception from
     ``on_change`` is logged and the watcher carries on.

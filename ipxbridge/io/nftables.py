@@ -21,13 +21,13 @@ a re-created interface gets rules for its new index; deleted on exit):
   Relays therefore do not chain through each other on the fast path (use the Python path,
   ``fast_path: off``, for chained sites).
 
-Lifecycle (reliability.md R18). The table outlives the process: after a SIGKILL or an OOM kill
+Lifecycle (docs/reliability.md R18). The table outlives the process: after a SIGKILL or an OOM kill
 the kernel keeps copying with no bridge, and a bridge restarted on the Python path (or with
 the relay off) would then add a second copy of every broadcast. So every start removes the
 table whatever the configuration (``remove_table``), ``ipxbridge cleanup`` does the same for
 an operator, and the systemd unit and the container entrypoint run it after the bridge exits.
 
-Counters (reliability.md R13). Every install replaces the table and its counters restart at
+Counters (docs/reliability.md R13). Every install replaces the table and its counters restart at
 0; ``KernelFanout`` folds each read into running totals (and reads once more just before a
 replace), so the copies and the ``marked``/``uninspected`` drops it reports only ever grow.
 """

@@ -4,7 +4,7 @@ Per probe round, on every selected interface:
 
 * DirectPlay 4: an EnumSessions broadcast to UDP 47624 ([MC-DPL4CS] 3.1.4.1) whose SOCKADDR
   names our own TCP listener's port with address 0.0.0.0, so each host connects back to the
-  probe's source address over TCP and sends one EnumSessionsReply per session (protocols.md 7);
+  probe's source address over TCP and sends one EnumSessionsReply per session (docs/protocols.md 7);
 * DirectPlay 8: an EnumQuery of type 2 (all applications) to UDP 6073; responses come back to
   the probing socket from each host's *game* port, not 6073 ([MC-DPLHP] 2.2.2), so the socket
   accepts them from any port.
@@ -38,7 +38,7 @@ from ipxbridge.wire.directplay import (
 
 logger = logging.getLogger(__name__)
 
-# EnumSessions flags (protocols.md 1.4): 0x02 all sessions, 0x40 include password-protected.
+# EnumSessions flags (docs/protocols.md 1.4): 0x02 all sessions, 0x40 include password-protected.
 PROBE_FLAGS: Final = 0x02 | 0x40
 TCP_READ_LIMIT: Final = 256 * 1024
 TCP_TIMEOUT: Final = 10.0
@@ -48,7 +48,7 @@ def dp4_probe(tcp_port: int, *, bare: bool = False) -> bytes:
     """EnumSessions for every application (GUID_NULL).
 
     Over UDP the SOCKADDR names ``tcp_port`` for the replies; over IPX (``bare``) there is no
-    SOCKADDR and hosts answer the request's IPX source address (protocols.md 1.9).
+    SOCKADDR and hosts answer the request's IPX source address (docs/protocols.md 1.9).
     """
     msg = EnumSessions(application_guid=uuid.UUID(int=0), flags=PROBE_FLAGS, password=None)
     if bare:
@@ -191,11 +191,11 @@ class DirectPlayProber:
 def _reply_host(message: bytes, peer_ip: str) -> str:
     """The ``ip:port`` a player would join.
 
-    The reply header's SOCKADDR port is the host's TCP listener (protocols.md 1.5); its
+    The reply header's SOCKADDR port is the host's TCP listener (docs/protocols.md 1.5); its
     address is usually 0.0.0.0, meaning the peer's own.
     """
     try:
-        sockaddr = parse_sockaddr(message[4:20])  # the SP header's SOCKADDR (protocols.md 1.2)
+        sockaddr = parse_sockaddr(message[4:20])  # the SP header's SOCKADDR (docs/protocols.md 1.2)
     except DPlayError:
         return peer_ip  # the inspector counts the malformed message
     addr = peer_ip if sockaddr.address == "0.0.0.0" else sockaddr.address

@@ -16,9 +16,9 @@
   sources cannot lock players out, issue 11 item 4); an evicted flow's socket is read once
   more before it is closed, so an answer already waiting there still reaches its player.
 * Sockets bound to an interface are re-opened when the interface is re-created (a new index):
-  an old one would return ENODEV for ever (reliability.md item 6).
+  an old one would return ENODEV for ever (docs/reliability.md item 6).
 * Every send error is counted per interface and errno; nothing is queued.
-* Per-source fairness on the relay ports (``policy/fairness.py``, reliability.md R13):
+* Per-source fairness on the relay ports (``policy/fairness.py``, docs/reliability.md R13):
   datagrams are read into a queue per source address and handled ``FAIR_TURN`` per turn,
   round robin over the sources, turn after turn until the queues are empty. While more than
   one source has been seen lately (``FAIR_HOLD``), each wake-up reads the socket until it is

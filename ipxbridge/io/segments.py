@@ -19,7 +19,7 @@ decision is the switch's (``policy/switch.py`` rules 1-8) or the plan's
   packet (a remote DOSBox client, verified or not, a host on the IPXWrapper subnet, a peer)
   could choose a LAN station's MAC: a bridge that put its frames out from the node would
   speak as that station, and the LAN switch would move the station's MAC to the bridge's
-  port. Stations reach remote nodes as through an IPX router (protocols.md 3.1): the source
+  port. Stations reach remote nodes as through an IPX router (docs/protocols.md 3.1): the source
   of a frame is the immediate address, so a reply goes to the bridge's MAC; a station that
   sends to the node as a MAC instead is heard too, since no switch port learns that MAC and
   the LAN switch floods the frame to every port, the bridge's promiscuous one included. The
@@ -32,7 +32,7 @@ decision is the switch's (``policy/switch.py`` rules 1-8) or the plan's
 * **IPXWrapper** (``IpxWrapperSocket``): one UDP socket on 54792 for every IPXWrapper port.
   A datagram belongs to the port whose subnet or p2p peers hold its source; it is converted
   to IPX (``wire/ipxwrapper.py``). Copies leave from the bridge's address on the egress
-  interface (IP_PKTINFO): IPXWrapper accepts only sources in its own subnet (protocols.md 6).
+  interface (IP_PKTINFO): IPXWrapper accepts only sources in its own subnet (docs/protocols.md 6).
   A unicast goes to where its node was heard from, else to the subnet broadcast (lan) or the
   p2p peers, as IPXWrapper itself does: never to an address that was not heard.
 * **RFC 1234** (``Rfc1234Port``): the tunnel's own UDP socket. A broadcast goes to the
@@ -52,7 +52,7 @@ No exception from remote input escapes a reader: the work on each frame or datag
 guarded, and an unexpected exception is booked as a drop (``internal_error``) and logged with
 its traceback at most once a minute (``IpxEndpoint.fault``).
 
-No IPXWrapper coalesced batch (protocols.md 6) reaches a port: the switch unpacks every
+No IPXWrapper coalesced batch (docs/protocols.md 6) reaches a port: the switch unpacks every
 batch where it enters and switches its packets one by one (``policy/switch.py`` rule 1), so
 every port carries plain IPX packets, which every IPXWrapper version and native stack accepts.
 """
@@ -344,7 +344,7 @@ class EthernetPort:
             dst_mac = BROADCAST_MAC
             framings = (self.fixed,) if self.fixed else self.framings.in_use()
         elif dst_node in self.framings:
-            dst_mac = dst_node  # the node of a native station is its MAC (protocols.md 3.1)
+            dst_mac = dst_node  # the node of a native station is its MAC (docs/protocols.md 3.1)
             framings = (self.fixed or self.framings.framing_for(dst_node),)
         else:
             # Never a frame to a MAC no station here was heard from: a remote party could

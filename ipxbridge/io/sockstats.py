@@ -4,7 +4,7 @@ A datagram that arrives while a socket's receive buffer is full is discarded by 
 and never reaches the bridge, so the bridge's own counters cannot see it. The kernel keeps a
 count per socket: the ``drops`` column of /proc/net/udp (proc(5); the number SO_RXQ_OVFL
 reports). It is read at scrape time only, never on the packet path, so "received" plus these
-accounts for every datagram that reached the host (reliability.md R3, R13).
+accounts for every datagram that reached the host (docs/reliability.md R3, R13).
 """
 
 import os

@@ -7,7 +7,7 @@ Only bytes and timers move here (aioquic ``asyncio/protocol.py`` style):
   per wake-up, about half the throughput (house style B5).
 * Sends are non-blocking ``sendto`` calls. ``EAGAIN`` and every other errno are counted per
   errno name and the copy is dropped: there is no send queue to grow without bound
-  (reliability.md item 5).
+  (docs/reliability.md item 5).
 * ``WireError`` never escapes: the policy turns malformed datagrams into counted drops. Nor
   does anything else: the work on each datagram is guarded, and an unexpected exception is a
   counted drop (``internal_error``) with one traceback logged a minute (``fault``).
@@ -173,7 +173,7 @@ class IpxEndpoint:
             if isinstance(addr, Segment):
                 port = self.segments.get(addr)
                 if port is not None:
-                    port.send(packet, packet[10:16])  # destination node, protocols.md 3.1
+                    port.send(packet, packet[10:16])  # destination node, docs/protocols.md 3.1
                 continue
             try:
                 sendto(packet, addr)
@@ -440,7 +440,7 @@ def _learn_links(
     if decision.detail == "batch":  # as from lone packets
         for packet, one in decision.inner:
             if accepted(one):
-                port.links.learn(packet[22:28], addr, now)  # source node, protocols.md 3.1
+                port.links.learn(packet[22:28], addr, now)  # source node, docs/protocols.md 3.1
     elif accepted(decision):
         port.links.learn(data[22:28], addr, now)
 

@@ -2,7 +2,7 @@
 
 Contract: :func:`wireguard_peers` never raises and never blocks for long (1 s for the UAPI
 socket, 2 s for generic netlink). A WireGuard interface is point-to-point and drops
-255.255.255.255 silently (reliability.md item 7), so the relay reaches the other side only by
+255.255.255.255 silently (docs/reliability.md item 7), so the relay reaches the other side only by
 unicasting to each peer's tunnel address; those are the /32 entries of the peers'
 AllowedIPs (``policy.topology.unicast_targets``).
 
@@ -12,7 +12,7 @@ Two sources, in order:
    configuration protocol, https://www.wireguard.com/xplatform/): send ``get=1`` and a
    blank line, read ``key=value`` lines up to a blank line, ``errno=0`` on success. The
    reply holds the private key: it is parsed for ``allowed_ip=`` only and never logged.
-   The directory is shared by every namespace (testbed.md section 4), hence the unique
+   The directory is shared by every namespace (docs/testbed.md section 4), hence the unique
    interface names there.
 2. Kernel WireGuard over generic netlink (pyroute2, in ``io/netlink.py``); the kernel here
    has no ``CONFIG_WIREGUARD``, so this path returns nothing on this box.

@@ -44,7 +44,7 @@ class RateLimiter:
     """Token bucket for log lines: at most ``burst`` at once, ``rate`` per second after.
 
     Keeps a flood of registrations or malformed packets from flooding the log
-    (reliability.md R3: logs at most about one line per second per reason).
+    (docs/reliability.md R3: logs at most about one line per second per reason).
     """
 
     __slots__ = ("_stamp", "_tokens", "burst", "rate", "suppressed")

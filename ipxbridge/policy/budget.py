@@ -80,7 +80,7 @@ class TokenBucket:
 
         A client that never answers pings (IPXWrapper) can still play: each packet it sends
         lets it receive a bounded multiple of that, so what the bridge aims at an address is
-        tied to what comes from it (reliability.md R7) instead of a flat allowance.
+        tied to what comes from it (docs/reliability.md R7) instead of a flat allowance.
         """
         self.packets = min(max(self.packets, packet_cap), self.packets + packets)
         self.bytes_left = min(max(self.bytes_left, byte_cap), self.bytes_left + size)

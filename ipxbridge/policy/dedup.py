@@ -3,7 +3,7 @@
 Rule: a packet whose identity was recorded less than ``window`` seconds ago is a duplicate
 only if it now arrives through a *different* port than the first copy. A copy arriving through
 the same port again is a legitimate repeat (a game resending the same announcement, or the
-0.5 s retries of reliability.md R5b) and passes, refreshing the record.
+0.5 s retries of docs/reliability.md R5b) and passes, refreshing the record.
 
 A copy that comes back through the *same* port with a higher hop count than the first is a
 loop copy too (issue 13): two bridges on one segment that do not yet know each other (the
@@ -13,7 +13,7 @@ came in on. A game repeating itself repeats its hop count; only a loop adds to i
 
 Why this works: in a loop, every copy after the first reaches a bridge through another
 neighbour; each bridge accepts a packet from one port only, so it forwards each packet once
-per sender transmission and the storm ends within one copy per bridge (reliability.md L9).
+per sender transmission and the storm ends within one copy per bridge (docs/reliability.md L9).
 Clients are leaves, so identical packets from the same client are never loop copies.
 
 The identity is an integer key chosen by the caller (a keyed hash, so that crafted
@@ -80,7 +80,7 @@ class LoopFilter:
     bridges join the same two segments (parallel paths: a copy may return through the port
     the original came in on), and it needs no marker shared between bridges, so relays can
     be chained (site A -> VPN -> site B). Measured alternative: per-instance marks let one
-    broadcast become 37k-82k copies (reliability.md L9).
+    broadcast become 37k-82k copies (docs/reliability.md L9).
 
     Memory is bounded by ``max_entries``; the clock is passed in.
     """

@@ -6,7 +6,8 @@ Contract:
 
 * Rule 1. Inspection never changes forwarding and never raises for remote input: malformed
   DirectPlay is counted under ``errors[reason]`` and otherwise ignored.
-* Rule 2. DirectPlay 4 is tried before DirectPlay 8 (``directplay.classify``; protocols.md 2.5).
+* Rule 2. DirectPlay 4 is tried before DirectPlay 8 (``directplay.classify``; docs/protocols.md
+2.5).
 * Rule 3. PACKET / PACKET2_DATA fragments go through the bounded ``Reassembler``; a completed
   message is inspected once more (one level only: a reassembled message is not reassembled).
 * Rule 4. Counting labels come from closed sets (``command_label``) so metric series stay
@@ -67,7 +68,7 @@ DP4_LABELS: Final = frozenset(
 DP8_LABELS: Final = frozenset(
     {"Connect", "Connected", "ConnectedSigned", "HardDisconnect", "Sack", "Data", "KeepAlive"}
 )
-# EnumSessionsReply, PACKET and PACKET2_DATA ([MC-DPL4CS] 2.2; protocols.md 1.3)
+# EnumSessionsReply, PACKET and PACKET2_DATA ([MC-DPL4CS] 2.2; docs/protocols.md 1.3)
 DECODED_DP4: Final = frozenset({0x01, 0x15, 0x30})
 TRANSPORT_LABEL: Final = {"ipx": "ipx", "udp": "dp4-udp", "tcp": "dp4-tcp"}
 

@@ -1,4 +1,4 @@
-"""Per-source fairness on the relay's receive path (reliability.md R13). Pure.
+"""Per-source fairness on the relay's receive path (docs/reliability.md R13). Pure.
 
 A flood from one source must not starve the others. Before, the Python path decided,
 inspected and copied datagrams in arrival order, 256 per wake-up: a source sending faster

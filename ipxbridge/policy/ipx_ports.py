@@ -9,7 +9,7 @@ Contract:
    else from WireGuard, else from the point-to-point peer address (``build_plan``).
 2. **What each kind needs.** The UDP kinds (``ipxwrapper``, ``rfc1234``) need an interface
    that is up and has an IPv4 address: they send from it. ``ethernet`` needs an interface that
-   is up and carries Ethernet frames: WireGuard and tun devices carry IP only (testbed.md 4),
+   is up and carries Ethernet frames: WireGuard and tun devices carry IP only (docs/testbed.md 4),
    so an ``ethernet`` port there is skipped with the reason, never opened to fail. It needs no
    IPv4 address: a segment of DOS machines or emulators may have none.
 3. **Pure.** No socket, no clock. ``io/segments.py`` opens what the plan says; the plan is
@@ -135,7 +135,7 @@ def segment_for_source(plans: Sequence[PortPlan], kind: PortKind, ip: str) -> Se
     """The port of ``kind`` a UDP datagram from ``ip`` arrived on, if any (one question).
 
     That is the port whose on-link prefix or p2p peers hold ``ip`` (IPXWrapper itself accepts
-    only such sources, protocols.md 6). The rule is ``SourceIndex``'s; a port asks it for
+    only such sources, docs/protocols.md 6). The rule is ``SourceIndex``'s; a port asks it for
     every datagram.
     """
     return SourceIndex(plans, kind)(ip)

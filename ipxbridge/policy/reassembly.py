@@ -1,6 +1,6 @@
 """Bounded reassembly of DirectPlay PACKET (0x15) / PACKET2_DATA (0x30) fragments.
 
-Contract ([MC-DPL4CS] 2.2.41, protocols.md 1.7, reliability.md 1.6 and R4):
+Contract ([MC-DPL4CS] 2.2.41, docs/protocols.md 1.7, docs/reliability.md 1.6 and R4):
 
 * Rule 1. Memory is budgeted by bytes *actually held*, checked on every fragment, globally and
   per source. Nothing is allocated from a claimed size: a first fragment claiming 4 GiB holds
@@ -34,7 +34,7 @@ REASSEMBLY_REASONS: Final = (
 
 @dataclass(frozen=True, slots=True)
 class ReassemblyLimits:
-    """Budgets. Defaults follow reliability.md 1.6 (measured: 17.8 MB peak RSS under flood)."""
+    """Budgets. Defaults follow docs/reliability.md 1.6 (measured: 17.8 MB peak RSS under flood)."""
 
     max_message_size: int = 64 * 1024
     max_fragments: int = 128

@@ -1,6 +1,6 @@
 """Broadcast fan-out decisions: which received broadcast goes where, and in what form.
 
-Rules (issue 4; protocols.md section 7; reliability.md items 3, 7, 8, R7, R9), applied in
+Rules (issue 4; docs/protocols.md section 7; docs/reliability.md items 3, 7, 8, R7, R9), applied in
 order:
 
 1. Only datagrams that arrived on a selected interface are considered (``not_selected``).
@@ -11,7 +11,7 @@ order:
    broadcast (``not_broadcast``). Exception: on a ``p2p`` interface, which cannot carry
    broadcast, a datagram to the bridge's own address is the remote side's stand-in for one.
    Unicast to the relay port is otherwise never turned into a flood.
-4. Sources (reliability.md R9), checked in the same order as the fast path's nft rules:
+4. Sources (docs/reliability.md R9), checked in the same order as the fast path's nft rules:
 
    * ``source_invalid``: 0.0.0.0/8 ("this network"), 127.0.0.0/8 (loopback), 224.0.0.0/3
      (multicast, class E and the limited broadcast) or a directed broadcast of one of the
@@ -37,17 +37,17 @@ order:
    keep the original's TTL (nftables cannot decrement it), so without this a fast-path
    bridge's copy of a broadcast this bridge relayed itself looks new and is echoed back to
    the player's segment (issue 11 item 7).
-7. DP4 SOCKADDR (reliability.md D6, R7): every host a DP4 EnumSessions reaches opens a TCP
+7. DP4 SOCKADDR (docs/reliability.md D6, R7): every host a DP4 EnumSessions reaches opens a TCP
    connection to its SOCKADDR. A DP4 message whose SOCKADDR names an address other than
    0.0.0.0 or its own IP source is a reflection attempt and is dropped
    (``dp4_sockaddr_mismatch``), in every mode, however malformed the rest of the SOCKADDR.
 8. In ``rewrite`` source mode the copy leaves from the bridge's own address; a DirectPlay 4
    header whose SOCKADDR says 0.0.0.0 ("use the packet's source") is rewritten to the real
    player's IP so the host's TCP reply goes to the player, not to the bridge
-   ([MC-DPL4CS] 2.2.6, protocols.md 1.2). One that needs that rewrite but whose SOCKADDR is
+   ([MC-DPL4CS] 2.2.6, docs/protocols.md 1.2). One that needs that rewrite but whose SOCKADDR is
    malformed (family not AF_INET = 2, or non-zero ``sin_zero``) is dropped as
    ``bad_sockaddr``, not relayed as it is: unchanged, its 0.0.0.0 would make the host answer
-   the bridge, where nothing listens (protocols.md 7), so the copy could only mislead. A
+   the bridge, where nothing listens (docs/protocols.md 7), so the copy could only mislead. A
    malformed SOCKADDR that names the sender needs no rewrite and is relayed unchanged, as in
    preserve mode: the bridge does not validate what it does not touch.
 9. Enumerations (DP4 EnumSessions, DP8 EnumQuery) are bounded per source IP: a token bucket
@@ -419,7 +419,7 @@ class RelayPolicy:
                     payload = rewrite_sockaddr(payload, src[0])
                 except DPlayError:
                     # classify() checked the token and 'play' only; the SOCKADDR's family and
-                    # sin_zero are checked here (protocols.md 1.2). Rule 8: drop, not mislead.
+                    # sin_zero are checked here (docs/protocols.md 1.2). Rule 8: drop, not mislead.
                     return RelayDecision("bad_sockaddr", kind=kind)
                 rewritten = True
         if enumeration and not self._enums.allow(src[0], now):

@@ -10,7 +10,7 @@ Contract:
   makes room, so a flood of forged replies cannot grow memory.
 * Rule 4. Whether a session is open comes from every field that says so (``Lobby``): the
   DirectPlay flags and, for games in ``wire.dplay_user``'s table, the game's own user fields
-  (protocols.md 1.6.1: Star Trek: Armada keeps password, closed and started there and sends
+  (docs/protocols.md 1.6.1: Star Trek: Armada keeps password, closed and started there and sends
   dwMaxPlayers 0). Either source saying "password" or "closed" makes the session not open.
   A field nothing announces is None ("unknown"), never a guess.
 
@@ -42,7 +42,7 @@ class Lobby:
 
     Attributes:
         max_players: the maximum number of players; None means no limit (DirectPlay 8
-            MaxPlayers 0, protocols.md 2.3). For DirectPlay 4 it is dwMaxPlayers unless the
+            MaxPlayers 0, docs/protocols.md 2.3). For DirectPlay 4 it is dwMaxPlayers unless the
             game's user fields carry the real one (Armada sends dwMaxPlayers 0).
         password: a password is needed (DPSESSION_PASSWORDREQUIRED 0x400, DP8
             REQUIREPASSWORD 0x80, or the game's own bit).
@@ -67,7 +67,10 @@ class Lobby:
 
 
 def dp4_lobby(desc: SessionDesc) -> Lobby:
-    """The lobby state of a DirectPlay 4 session (protocols.md 1.6 flags, 1.6.1 user fields)."""
+    """The lobby state of a DirectPlay 4 session.
+
+    Flags: docs/protocols.md 1.6; user fields: 1.6.1.
+    """
     password = bool(desc.flags & SESSION_PASSWORD_REQUIRED)
     join_disabled = bool(desc.flags & (SESSION_JOIN_DISABLED | SESSION_NEW_PLAYERS_DISABLED))
     game = decode_user_fields(desc.application_guid, desc.user)
@@ -84,7 +87,7 @@ def dp4_lobby(desc: SessionDesc) -> Lobby:
 
 
 def dp8_lobby(resp: DP8EnumResponse) -> Lobby:
-    """The lobby state of a DirectPlay 8 session (protocols.md 2.3)."""
+    """The lobby state of a DirectPlay 8 session (docs/protocols.md 2.3)."""
     # MaxPlayers 0 is DirectPlay 8's "no limit" (DPN_APPLICATION_DESC), shown as such.
     return Lobby(resp.max_players or None, resp.password_required, None)
 
@@ -193,7 +196,7 @@ class SessionTable:
     def observe_dp4(
         self, reply: EnumSessionsReply, host: str, transport: str, now: float
     ) -> Session:
-        """Record a DirectPlay 4 EnumSessionsReply ([MC-DPL4CS] 2.2.x, protocols.md 1.5)."""
+        """Record a DirectPlay 4 EnumSessionsReply ([MC-DPL4CS] 2.2.x, docs/protocols.md 1.5)."""
         desc = reply.desc
         return self._upsert(
             instance=desc.instance_guid,
@@ -210,7 +213,7 @@ class SessionTable:
         )
 
     def observe_dp8(self, resp: DP8EnumResponse, host: str, now: float) -> Session:
-        """Record a DirectPlay 8 EnumResponse ([MC-DPLHP] 2.2.2, protocols.md 2.3)."""
+        """Record a DirectPlay 8 EnumResponse ([MC-DPLHP] 2.2.2, docs/protocols.md 2.3)."""
         return self._upsert(
             instance=resp.instance_guid,
             game_guid=resp.application_guid,

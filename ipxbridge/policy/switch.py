@@ -7,7 +7,7 @@ into a ``Decision``; ``IpxSwitch.tick`` produces keepalives and expiries.
 Ports are UDP addresses of two kinds:
 
 * **DOSBox-protocol clients** (DOSBox, DOSBox-X, dosemu2, IPXWrapper, real DOS via
-  vanilla-utilities) register first (protocols.md 4.2). The node each one gets is
+  vanilla-utilities) register first (docs/protocols.md 4.2). The node each one gets is
   ``node_for(address)``: by default a keyed node (``wire.ipx.keyed_node``, rule 2), or the
   DOSBox convention, IPv4 address + UDP port (``node_assignment: address``).
 * **RFC 1234 peers** are configured statically (other ipxbridges, other RFC 1234 routers).
@@ -17,7 +17,7 @@ Rules, in the order they are applied:
 
 1. Malformed datagrams are dropped with the codec's reason (``ipx.parse_header``).
    Batches are unpacked where they enter: an IPXWrapper coalesced batch (source socket 0,
-   type 2; protocols.md 6), from a client, a peer or a segment, is split
+   type 2; docs/protocols.md 6), from a client, a peer or a segment, is split
    (``wire.ipxwrapper.unpack_coalesced``) and each packet in it goes through rules 2-8 as a
    lone packet from the same port; the datagram is ``control``/``batch`` and
    ``Decision.inner`` holds what became of each packet. Why: an inner packet must not skip
@@ -27,18 +27,18 @@ Rules, in the order they are applied:
    at most 46 packets: one datagram never costs more than 46 lone packets.
 2. An unknown address may only register; anything else from it is ``unregistered``. Nothing is
    sent to a new address before its registration reply (DOSBox takes the first datagram it
-   receives as the reply, protocols.md 4.2). A registered client stays until ``idle_timeout``
+   receives as the reply, docs/protocols.md 4.2). A registered client stays until ``idle_timeout``
    whether or not it answers keepalives: IPXWrapper never answers socket-2 pings, and a
-   DirectPlay host behind it is silent until someone enumerates (protocols.md 6).
+   DirectPlay host behind it is silent until someone enumerates (docs/protocols.md 6).
    Registration is one spoofable datagram, and so is any data packet, so a client is
    ``verified`` only by proving it receives what is sent to its address. Its node is the
    proof: by default it is keyed (``02`` + HMAC-SHA256 of "ip:port" with a secret key kept
    across restarts), so nobody can predict it, and a packet carrying it can only come from
    whoever read our registration reply: the client is verified at once, whatever program it
    runs (IPXWrapper included). ``ipxnet ping`` then prints that node as an address, as with
-   ipxbox's random nodes (protocols.md 4.5). Probes prove receipt too: a client that echoes
+   ipxbox's random nodes (docs/protocols.md 4.5). Probes prove receipt too: a client that echoes
    the nonce the bridge puts in the source node of its probe is verified (DOSBox answers a
-   ping to the pinger's node, protocols.md 4.5; reliability.md R7). With
+   ping to the pinger's node, docs/protocols.md 4.5; docs/reliability.md R7). With
    ``node_assignment: address`` (IPv4 + port, predictable) only the probe counts.
    Until it is verified a client is sent at most a base budget (0 by default) plus
    ``unverified_credit_ratio`` times what it sends itself (1 by default: never more bytes
@@ -59,7 +59,7 @@ Rules, in the order they are applied:
    rejoin (``not_allowed``): the DOSBox protocol has no authentication, so on a bridge
    reachable from the internet this is what keeps strangers and spoofed registrations out.
 3. A client's packets must carry the source node assigned to it (``spoofed_source``), as
-   ipxbox does (reliability.md I3). A packet from a peer whose source node belongs to a local
+   ipxbox does (docs/reliability.md I3). A packet from a peer whose source node belongs to a local
    client has gone round a loop (``loop``).
 4. Pings to socket 2 and packets addressed to the bridge's own node are answered or consumed
    locally; broadcast pings are also forwarded so every other client answers.
@@ -70,19 +70,19 @@ Rules, in the order they are applied:
    discarded (``hop_limit``, the IPX routing rule that ends loops between bridges). A
    DOSBox-protocol client's hop byte is taken as 0: DOSBox never writes it, so it holds
    whatever the DOS program left there, and a program answering from its receive buffer
-   sends back the count it received (protocols.md 4.1). Judging it would drop real games
+   sends back the count it received (docs/protocols.md 4.1). Judging it would drop real games
    after a few round trips.
 7. Broadcast goes to every port except the ingress; unicast to the port that owns the node.
    A unicast to an unknown node goes only to RFC 1234 peers (which may own it), marked
    ``flooded``, and never to DOSBox-protocol clients: a DOSBox client does not check the
-   destination node and would hand the packet to its game as if addressed to it (protocols.md
+   destination node and would hand the packet to its game as if addressed to it (docs/protocols.md
    4.4; DOSBox's own server drops it). With no peer to try it is ``unknown_destination``.
 
 **Segments** (issue 13) are interface ports: one IPX segment reached through one interface
 in one encapsulation (``PortKind``): native Ethernet frames, IPXWrapper's UDP, or RFC 1234
 hosts on a subnet. To the rules a segment is a port like a peer: nodes are learned behind it,
 an unknown unicast may go there (its stations ignore a node that is not theirs), and its hop
-byte counts (native stacks send 0, protocols.md 3.1), except on IPXWrapper's UDP, whose header
+byte counts (native stacks send 0, docs/protocols.md 3.1), except on IPXWrapper's UDP, whose header
 has no hop field. The I/O layer turns a segment target into frames or datagrams.
 
 8. Two bridges on one segment must not both put a packet on it. Every bridge sends a beacon
@@ -182,7 +182,7 @@ Address = tuple[str, int]
 class PortKind(StrEnum):
     """The kinds of interface port (issue 13); DOSBox clients and peers are UDP addresses."""
 
-    ETHERNET = "ethernet"  # native IPX frames on an AF_PACKET socket (protocols.md 3.1)
+    ETHERNET = "ethernet"  # native IPX frames on an AF_PACKET socket (docs/protocols.md 3.1)
     IPXWRAPPER = "ipxwrapper"  # IPXWrapper's own UDP encapsulation, port 54792 (6)
     RFC1234 = "rfc1234"  # RFC 1234 hosts on a subnet, UDP 213 (5)
 
@@ -376,7 +376,7 @@ class SwitchSettings:
 
 
 # An unverified client's first probe comes this soon after registering, so a real DOSBox client
-# (which answers pings, protocols.md 4.6) leaves the budget of rule 2 within about a second.
+# (which answers pings, docs/protocols.md 4.6) leaves the budget of rule 2 within about a second.
 # Not sooner: DOSBox takes the first datagram it receives as its registration reply (4.2), and
 # the reply must not be overtaken.
 FIRST_PROBE_DELAY: Final = 1.0
@@ -1071,7 +1071,7 @@ class IpxSwitch:
 
         Its source node is exactly the node this bridge assigns to that UDP address, so it
         already holds a registration reply from us or an earlier run of us: no reply is
-        needed, and the game carries on without reconnecting (reliability.md R18). A keyed
+        needed, and the game carries on without reconnecting (docs/reliability.md R18). A keyed
         node is known only to whoever received that reply, so the client is verified at
         once; an ``address`` node is predictable, so the packet may be spoofed and the
         client rejoins unverified (rule 2).
@@ -1260,7 +1260,7 @@ class IpxSwitch:
 
         Every client is kept until ``idle_timeout`` (rule 2). One that never answered is not
         pinged for ever: after ``unverified_probes`` keepalives it gets no more, so a spoofed
-        registration draws a bounded number of keepalives toward its victim (reliability.md
+        registration draws a bounded number of keepalives toward its victim (docs/reliability.md
         I4), while an IPXWrapper host that never answers pings stays registered.
         """
         cfg = self.settings

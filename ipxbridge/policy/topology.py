@@ -9,13 +9,13 @@ Contract:
    it can be tested without root.
 2. **The broadcast address is computed, never read.** An address added without ``brd +`` has
    IFA_BROADCAST 0.0.0.0 (or none at all), and glibc's ``getifaddrs`` then reports the box's
-   *own* address as the broadcast; sending there reaches only this box (reliability.md item 8,
+   *own* address as the broadcast; sending there reaches only this box (docs/reliability.md item 8,
    measured: 0 packets delivered). So :class:`InterfaceAddress` derives it from the on-link
    prefix and refuses any other value. A /31 or /32 has no broadcast address (RFC 3021): ``""``.
 3. **Role.** An interface is ``"lan"`` when the kernel says it can broadcast (IFF_BROADCAST)
    and it is not point-to-point; everything else is ``"p2p"``. WireGuard and tun devices are
-   POINTOPOINT|NOARP without BROADCAST (testbed.md section 4), and WireGuard silently drops
-   255.255.255.255 (reliability.md item 7): a relay reaches the far side of a p2p link only by
+   POINTOPOINT|NOARP without BROADCAST (docs/testbed.md section 4), and WireGuard silently drops
+   255.255.255.255 (docs/reliability.md item 7): a relay reaches the far side of a p2p link only by
    unicasting to each known peer.
 4. **Primary.** The interface holding the lowest-metric IPv4 default route (ties: lowest
    ifindex). Windows sends a limited broadcast out of that interface only, which is the
@@ -83,7 +83,7 @@ ARPHRD_LOOPBACK: Final = 772
 ARPHRD_NONE: Final = 0xFFFE  # tun (layer 3) and WireGuard
 
 # RFC 2863 operstates as pyroute2 decodes IFLA_OPERSTATE. UNKNOWN is what drivers without
-# carrier reporting say while working: lo, wireguard-go's tun, a bridge (testbed.md).
+# carrier reporting say while working: lo, wireguard-go's tun, a bridge (docs/testbed.md).
 OPERSTATES_UP: Final = frozenset({"UP", "UNKNOWN"})
 
 _LIMITED_BROADCAST: Final = ipaddress.IPv4Address("255.255.255.255")
@@ -95,7 +95,7 @@ def broadcast_for(address: str, prefixlen: int, peer: str | None = None) -> str:
     The prefix is ``peer/prefixlen`` when a point-to-point peer is given (that is the route
     the kernel installs for ``ip addr add A peer P/len``), else ``address/prefixlen``.
     /31 and /32 have no broadcast (RFC 3021), and a result equal to the box's own address
-    is refused too: sending there only loops back (reliability.md item 8).
+    is refused too: sending there only loops back (docs/reliability.md item 8).
 
     Raises:
         ValueError: ``address``/``peer`` is not IPv4 or ``prefixlen`` is outside 0-32.
@@ -385,7 +385,7 @@ def unicast_targets(allowed_ips: Iterable[str]) -> list[str]:
 
     Only /32 entries name a peer's tunnel address; a wider prefix is a subnet *behind* the
     peer, and a relay cannot unicast to a whole subnet (WireGuard drops limited broadcast,
-    reliability.md item 7). IPv6, unparsable, unspecified, multicast and broadcast entries
+    docs/reliability.md item 7). IPv6, unparsable, unspecified, multicast and broadcast entries
     are skipped.
     """
     found: set[ipaddress.IPv4Address] = set()

@@ -1,18 +1,18 @@
 """DirectPlay 4 and DirectPlay 8 message codec: classification, parsing and building.
 
-Sources: ``shared/docs/protocols.md`` sections 1 (DirectPlay 4, [MC-DPL4CS]), 2 (DirectPlay 8,
+Sources: ``docs/protocols.md`` sections 1 (DirectPlay 4, [MC-DPL4CS]), 2 (DirectPlay 8,
 [MC-DPLHP] / [MS-DPDX] / [MC-DPL8R]) and 9 (what Wireshark does and does not check).
 
 Contract:
 
-* Rule 1. ``classify`` tries DirectPlay 4 before DirectPlay 8 (protocols.md 2.5): a DP4
+* Rule 1. ``classify`` tries DirectPlay 4 before DirectPlay 8 (docs/protocols.md 2.5): a DP4
   message of exactly 512 or 768 bytes starts ``00 02`` / ``00 03`` because its size field is
   little-endian, which the DP8 test alone would take for an EnumQuery / EnumResponse. DP8
   reliable-protocol frames (CFRAME / DFRAME) are only recognised with ``dp8_context=True``
   (the payload used a DP8 port), because almost any byte soup has a non-zero first byte.
 * Rule 2. Offsets inside DP4 messages count from the ``play`` signature, not from byte 0
-  (protocols.md 1.2, "trap"); offsets in a DP8 EnumResponse count from byte 4, the byte after
-  the cookie (protocols.md 2.3). Every offset and length is checked against the buffer before
+  (docs/protocols.md 1.2, "trap"); offsets in a DP8 EnumResponse count from byte 4, the byte after
+  the cookie (docs/protocols.md 2.3). Every offset and length is checked against the buffer before
   it is used, and an offset may not point back into the fixed part of its structure.
 * Rule 3. Malformed remote input raises ``DPlayError`` with a reason from ``DPLAY_REASONS``
   and never any other exception (no IndexError, struct.error, UnicodeDecodeError, ...).
@@ -39,10 +39,10 @@ Contract:
   parsed to a ``DP4Message`` with ``reliable=True``, command 0xFF, version 0 and the bytes after
   the 0xFF kept raw; never ``dplay_bad_version``. Its frame layout is not in our notes.
 * Rule 8. Versions 0x01 (DX3) to 0x0E (DX9) are accepted: DX3 = 1, DX5 = 7, DX5a = 8 as well as
-  the 0x09..0x0E of protocols.md 1.3 (older hosts still answer enumeration).
+  the 0x09..0x0E of docs/protocols.md 1.3 (older hosts still answer enumeration).
 
 DP4 over the IPX service provider carries no 20-byte SP header: the IPX data starts with
-``play`` (protocols.md 1.9); that is ``DPlayKind.DP4_BARE`` and ``header=None``.
+``play`` (docs/protocols.md 1.9); that is ``DPlayKind.DP4_BARE`` and ``header=None``.
 
 This module is the public API. It holds the DP4 messages, classification and dispatch, and
 re-exports the player records (``wire.dplay_players``), the DP8 codec (``wire.dplay8``),
@@ -237,11 +237,11 @@ __all__ = [
     "split_dp4_stream",
 ]
 
-# --- ports (protocols.md 1.1 and 2.1) ------------------------------------------------------
+# --- ports (docs/protocols.md 1.1 and 2.1) ------------------------------------------------------
 
 DP4_ENUM_PORT: Final = 47624  # [MC-DPL4CS] 2.1: EnumSessions broadcast, also a TCP listener
 
-# --- DPSP_MSG_HEADER (protocols.md 1.2, [MC-DPL4CS] 2.2.6) ---------------------------------
+# --- DPSP_MSG_HEADER (docs/protocols.md 1.2, [MC-DPL4CS] 2.2.6) ---------------------------------
 
 SP_HEADER_LEN: Final = 20  # size|token (4) + SOCKADDR_IN (16); absent over IPX
 MESSAGE_HEADER_LEN: Final = 8  # 'play' + command (u16 LE) + version (u16 LE)
@@ -258,7 +258,7 @@ AF_INET_WIRE: Final = 2  # Winsock AF_INET, little-endian on the wire
 SOCKADDR_LEN: Final = 16  # family (LE) + port (BE) + IPv4 (BE) + 8 zero bytes
 MAX_STREAM_MESSAGE: Final = SIZE_MASK  # a 20-bit size field cannot claim more (1 MiB - 1)
 
-# Versions 0x09 (DX6) .. 0x0E (DX9) per protocols.md 1.3, and below them DX3 = 0x01, DX5 =
+# Versions 0x09 (DX6) .. 0x0E (DX9) per docs/protocols.md 1.3, and below them DX3 = 0x01, DX5 =
 # 0x07, DX5a = 0x08 (Rule 8): all of 0x01..0x0E is accepted; 0 and above 0x0E are not.
 VERSION_MIN: Final = 0x01
 VERSION_MAX: Final = 0x0E
@@ -272,7 +272,7 @@ RELIABLE_NAME: Final = "Reliable"
 
 # The two byte matches a filter without a parser can make (the nft fast path hands these to
 # the Python path, policy/relay.py rule 5): 'play' after a DP4 SP header, and the lead bytes
-# of a DP8 EnumQuery (protocols.md 1.2 and 2.3).
+# of a DP8 EnumQuery (docs/protocols.md 1.2 and 2.3).
 SIGNATURE_OFFSET: Final = SP_HEADER_LEN
 DP8_QUERY_LEAD: Final = bytes((DP8_LEAD_ENUM, DP8_ENUM_QUERY))
 
@@ -309,7 +309,7 @@ _ZERO8: Final = bytes(8)
 
 
 class DP4Command(IntEnum):
-    """DirectPlay 4 command IDs (protocols.md 1.3; [MC-DPL4CS] 2.2.x, Wireshark's table)."""
+    """DirectPlay 4 command IDs (docs/protocols.md 1.3; [MC-DPL4CS] 2.2.x, Wireshark's table)."""
 
     ENUMSESSIONSREPLY = 0x01
     ENUMSESSIONS = 0x02
@@ -362,7 +362,7 @@ class DP4Command(IntEnum):
     CREATEPLAYERVERIFY = 0x38
 
 
-# CamelCase display names of the protocols.md 1.3 table, for logs and metric labels.
+# CamelCase display names of the docs/protocols.md 1.3 table, for logs and metric labels.
 _COMMAND_NAMES: Final[dict[int, str]] = {
     0x01: "EnumSessionsReply",
     0x02: "EnumSessions",
@@ -417,17 +417,17 @@ _COMMAND_NAMES: Final[dict[int, str]] = {
 
 
 def command_name(command: int) -> str:
-    """CamelCase name of a DP4 command (protocols.md 1.3), ``Unknown0xNN`` otherwise."""
+    """CamelCase name of a DP4 command (docs/protocols.md 1.3), ``Unknown0xNN`` otherwise."""
     return _COMMAND_NAMES.get(command, f"Unknown0x{command:02X}")
 
 
-# DPSP_MSG_ENUMSESSIONS flags (protocols.md 1.4).
+# DPSP_MSG_ENUMSESSIONS flags (docs/protocols.md 1.4).
 ENUM_SESSIONS_AVAILABLE: Final = 0x01  # AV: joinable sessions
 ENUM_SESSIONS_ALL: Final = 0x02  # AL: all sessions
 ENUM_SESSIONS_PASSWORD: Final = 0x40  # PR: include password-protected sessions
 ENUM_SESSIONS_RETURNSTATUS: Final = 0x80  # API flag seen on the wire (Total Annihilation 0x81)
 
-# DPSESSIONDESC2.dwFlags (protocols.md 1.6, mingw dplay.h DPSESSION_*).
+# DPSESSIONDESC2.dwFlags (docs/protocols.md 1.6, mingw dplay.h DPSESSION_*).
 SESSION_NEW_PLAYERS_DISABLED: Final = 0x0000_0001
 SESSION_MIGRATE_HOST: Final = 0x0000_0004
 SESSION_NO_MESSAGE_ID: Final = 0x0000_0008
@@ -439,10 +439,10 @@ SESSION_DIRECTPLAY_PROTOCOL: Final = 0x0000_2000
 
 
 class DPlayKind(StrEnum):
-    """What ``classify`` thinks a payload is (protocols.md 2.5)."""
+    """What ``classify`` thinks a payload is (docs/protocols.md 2.5)."""
 
     DP4 = "dp4"  # DPSP message with the 20-byte SP header then 'play' (UDP/TCP)
-    DP4_BARE = "dp4_bare"  # payload starts with 'play' (IPX service provider, protocols.md 1.9)
+    DP4_BARE = "dp4_bare"  # payload starts with 'play' (IPX SP, docs/protocols.md 1.9)
     DP4_PLAYER = "dp4_player"  # token + AF_INET sockaddr, no 'play': player-to-player data
     DP8_ENUM_QUERY = "dp8_enum_query"
     DP8_ENUM_RESPONSE = "dp8_enum_response"
@@ -451,7 +451,7 @@ class DPlayKind(StrEnum):
     NONE = "none"
 
 
-# --- SOCKADDR_IN and the SP header (protocols.md 1.2) ---------------------------------------
+# --- SOCKADDR_IN and the SP header (docs/protocols.md 1.2) ---------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,7 +534,7 @@ def _build_sp_header(size: int, token: int, sockaddr: SockAddr) -> bytes:
 def parse_winsock_sp_data(sp_data: bytes | bytearray | memoryview) -> tuple[SockAddr, SockAddr]:
     """The Winsock SP's 32-byte player SP data: (stream/TCP address, datagram/UDP address).
 
-    Found in DPLAYI_PACKEDPLAYER and IAMNAMESERVER (protocols.md 1.8).
+    Found in DPLAYI_PACKEDPLAYER and IAMNAMESERVER (docs/protocols.md 1.8).
 
     Raises:
         DPlayError: ``dplay_bad_size`` (not 32 bytes) or ``dplay_bad_sockaddr``.
@@ -553,7 +553,7 @@ def build_winsock_sp_data(stream: SockAddr, datagram: SockAddr) -> bytes:
 def rewrite_sockaddr(payload: bytes | bytearray | memoryview, address: str) -> bytes:
     """Replace ``sin_addr`` (bytes 8..12) of a message's SP header with ``address``.
 
-    Receivers swap a 0.0.0.0 address for the packet's source IP (protocols.md 1.2), so a
+    Receivers swap a 0.0.0.0 address for the packet's source IP (docs/protocols.md 1.2), so a
     relay that re-sends a message from its own socket writes the real sender's IP here.
     Works for ``DP4`` and ``DP4_PLAYER`` payloads; nothing else changes.
 
@@ -571,7 +571,7 @@ def peek_dp4(payload: bytes | bytearray | memoryview) -> tuple[str, int | None]:
     """(SOCKADDR address, command or None if cut off) of a ``DP4`` payload; nothing checked.
 
     ``sin_addr`` is read whatever the family and ``sin_zero`` say: a host answering an
-    EnumSessions connects to it (protocols.md 1.2, 7), so a relay judges that address even in
+    EnumSessions connects to it (docs/protocols.md 1.2, 7), so a relay judges that address even in
     a malformed header. 0.0.0.0 means "the packet's source".
 
     Raises:
@@ -618,7 +618,7 @@ def split_dp4_stream(buf: bytes | bytearray | memoryview) -> tuple[list[bytes], 
 
 @dataclass(frozen=True, slots=True)
 class EnumSessions:
-    """DPSP_MSG_ENUMSESSIONS body (protocols.md 1.4).
+    """DPSP_MSG_ENUMSESSIONS body (docs/protocols.md 1.4).
 
     PasswordOffset is derived: 0 without a password, 32 (from ``play``) with one.
     """
@@ -630,7 +630,7 @@ class EnumSessions:
 
 @dataclass(frozen=True, slots=True)
 class SessionDesc:
-    """DPSESSIONDESC2, 80 bytes little-endian (protocols.md 1.6).
+    """DPSESSIONDESC2, 80 bytes little-endian (docs/protocols.md 1.6).
 
     ``pointers`` are the lpszSessionName / lpszPassword slots, 0 on the wire; kept so that an
     odd sender's bytes re-encode exactly. dwSize must be 80.
@@ -663,7 +663,7 @@ class SessionDesc:
 
 @dataclass(frozen=True, slots=True)
 class EnumSessionsReply:
-    """DPSP_MSG_ENUMSESSIONSREPLY body (protocols.md 1.5): the description and the name.
+    """DPSP_MSG_ENUMSESSIONSREPLY body (docs/protocols.md 1.5): the description and the name.
 
     NameOffset is derived: 0 without a name, 92 (from ``play``) with one.
     """
@@ -674,7 +674,7 @@ class EnumSessionsReply:
 
 @dataclass(frozen=True, slots=True)
 class PacketFragment:
-    """PACKET (0x15) / PACKET2_DATA (0x30) fragment of a large message (protocols.md 1.7).
+    """PACKET (0x15) / PACKET2_DATA (0x30) fragment of a large message (docs/protocols.md 1.7).
 
     ``data`` is read at its fixed position (48 bytes after ``play``, absolute 68 with an SP
     header), as Wireshark does; ``packet_offset`` is kept as sent and only checked not to
@@ -723,20 +723,20 @@ class DP4Message:
 
     @property
     def command_name(self) -> str:
-        """CamelCase command name from protocols.md 1.3, ``Reliable``, or ``Unknown0xNN``."""
+        """CamelCase command name from docs/protocols.md 1.3, ``Reliable``, or ``Unknown0xNN``."""
         return RELIABLE_NAME if self.reliable else command_name(self.command)
 
 
-# DPSP_MSG_ENUMSESSIONS: ApplicationGuid, PasswordOffset, Flags (protocols.md 1.4).
+# DPSP_MSG_ENUMSESSIONS: ApplicationGuid, PasswordOffset, Flags (docs/protocols.md 1.4).
 _ENUM_SESSIONS: Final = struct.Struct("<16sII")
 ENUM_SESSIONS_PASSWORD_OFFSET: Final = MESSAGE_HEADER_LEN + _ENUM_SESSIONS.size  # 32
-# DPSESSIONDESC2 (protocols.md 1.6): dwSize, dwFlags, guidInstance, guidApplication,
+# DPSESSIONDESC2 (docs/protocols.md 1.6): dwSize, dwFlags, guidInstance, guidApplication,
 # dwMaxPlayers, dwCurrentPlayers, lpszSessionName, lpszPassword, dwReserved1..2, dwUser1..4.
 _SESSION_DESC: Final = struct.Struct("<II16s16sIIIIII4I")
 SESSION_DESC_LEN: Final = _SESSION_DESC.size  # 80
 ENUM_SESSIONS_REPLY_NAME_OFFSET: Final = MESSAGE_HEADER_LEN + SESSION_DESC_LEN + 4  # 92
 # PACKET / PACKET2_DATA: GuidMessage, PacketIndex, DataSize, Offset, TotalPackets,
-# MessageSize, PacketOffset (protocols.md 1.7, [MC-DPL4CS] 2.2.41).
+# MessageSize, PacketOffset (docs/protocols.md 1.7, [MC-DPL4CS] 2.2.41).
 _PACKET: Final = struct.Struct("<16sIIIIII")
 PACKET_DATA_OFFSET: Final = MESSAGE_HEADER_LEN + _PACKET.size  # 48 from 'play'
 PACKET_COMMANDS: Final = frozenset({DP4Command.PACKET, DP4Command.PACKET2_DATA})
@@ -868,7 +868,7 @@ def parse_dp4(payload: bytes | bytearray | memoryview, *, bare: bool = False) ->
     Args:
         payload: one whole message: a UDP payload, one ``split_dp4_stream`` message, or
             (``bare=True``) the data of an IPX packet, which starts with ``play``.
-        bare: no SP header (DP4 over IPX, protocols.md 1.9, or a reassembled message).
+        bare: no SP header (DP4 over IPX, docs/protocols.md 1.9, or a reassembled message).
 
     ``play`` followed by 0xFF is a reliable-protocol frame (``reliable=True``, Rule 7).
 
@@ -888,7 +888,7 @@ def parse_dp4(payload: bytes | bytearray | memoryview, *, bare: bool = False) ->
 
 
 def parse_dp4_player(payload: bytes | bytearray | memoryview) -> DP4Message:
-    """Decode a player-to-player message: SP header then data, no ``play`` (protocols.md 1.2).
+    """Decode a player-to-player message: SP header then data, no ``play`` (docs/protocols.md 1.2).
 
     Returns a ``DP4Message`` with ``signature=False``, command 0x0A, version 0 and the data
     after the SP header as ``body``.
@@ -1005,7 +1005,7 @@ def build_enum_sessions(
     bare: bool = False,
     token: int = TOKEN_REMOTE,
 ) -> bytes:
-    """Encode DPSP_MSG_ENUMSESSIONS (52 bytes without a password, protocols.md 1.4).
+    """Encode DPSP_MSG_ENUMSESSIONS (52 bytes without a password, docs/protocols.md 1.4).
 
     Args:
         msg: the request.
@@ -1039,7 +1039,7 @@ def build_enum_sessions_reply(
     bare: bool = False,
     token: int = TOKEN_REMOTE,
 ) -> bytes:
-    """Encode DPSP_MSG_ENUMSESSIONSREPLY (protocols.md 1.5); NameOffset 92 or 0.
+    """Encode DPSP_MSG_ENUMSESSIONSREPLY (docs/protocols.md 1.5); NameOffset 92 or 0.
 
     Raises:
         ValueError: a field does not fit, or the name contains NUL.
@@ -1115,7 +1115,7 @@ def _classify_dp8(data: bytes, *, dp8_context: bool) -> DPlayKind:
     command = data[0]
     if command & DP8_DATA:
         return DPlayKind.DP8_DFRAME if size >= DP8_DFRAME_LEN else DPlayKind.NONE
-    # protocols.md 2.4: 0x80 or 0x88; a CFRAME with any other bit set is ignored.
+    # docs/protocols.md 2.4: 0x80 or 0x88; a CFRAME with any other bit set is ignored.
     if command & DP8_CFRAME and not command & ~(DP8_CFRAME | DP8_POLL) and size >= DP8_SACK_LEN:
         opcode = data[1]
         if opcode == DP8ExtOpcode.SACK or (
@@ -1126,7 +1126,7 @@ def _classify_dp8(data: bytes, *, dp8_context: bool) -> DPlayKind:
 
 
 def classify(payload: bytes | bytearray | memoryview, *, dp8_context: bool = False) -> DPlayKind:
-    """Tell the DirectPlay formats apart without decoding them (protocols.md 2.5). Total.
+    """Tell the DirectPlay formats apart without decoding them (docs/protocols.md 2.5). Total.
 
     In this order:
 

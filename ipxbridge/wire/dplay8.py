@@ -1,7 +1,7 @@
 """DirectPlay 8 enumeration messages and reliable-protocol frames.
 
-Sources: protocols.md 2 ([MC-DPLHP] 2.2 EnumQuery / EnumResponse, [MC-DPL8R] 2.2 frames,
-[MS-DPDX]), protocols.md 9 (Wireshark's ``dpnet`` dissector).
+Sources: docs/protocols.md 2 ([MC-DPLHP] 2.2 EnumQuery / EnumResponse, [MC-DPL8R] 2.2 frames,
+[MS-DPDX]), docs/protocols.md 9 (Wireshark's ``dpnet`` dissector).
 
 Contract:
 
@@ -10,14 +10,14 @@ Contract:
   DFRAME (data), otherwise 0x80 (CFRAME) optionally with 0x08 (POLL); a CFRAME with any other
   bit set is ignored by DirectPlay, so it is ``dplay_bad_value`` here.
 * Rule 2. EnumResponse offsets count from byte 4, the byte after the echoed cookie
-  (protocols.md 2.3). A data field with size 0 is absent whatever its offset says; a sized
+  (docs/protocols.md 2.3). A data field with size 0 is absent whatever its offset says; a sized
   field must start in the variable part (offset >= 88) and end inside the buffer. The one
-  exception: ReplyOffset 0 means "no reply data" whatever ResponseSize says (protocols.md
+  exception: ReplyOffset 0 means "no reply data" whatever ResponseSize says (docs/protocols.md
   2.3 defines 0 that way), so it is not an error.
 * Rule 3. Malformed input raises ``DPlayError`` (reasons in ``wire.errors``), nothing else.
   Builders raise ``ValueError`` for records that cannot be encoded or contradict themselves.
 * Rule 4. ``DP8Frame`` is every reliable-protocol frame: the 16-byte CONNECT / CONNECTED /
-  CONNECTED_SIGNED / HARD_DISCONNECT layout (protocols.md 2.4), a SACK (``sack`` set) or a
+  CONNECTED_SIGNED / HARD_DISCONNECT layout (docs/protocols.md 2.4), a SACK (``sack`` set) or a
   DFRAME (``data`` set). Signatures of signed sessions are not decoded: they stay in
   ``trailer`` (CFRAMEs) or in the DFRAME payload.
 * Rule 5. The session name has a byte count, so a name without its terminating NUL is
@@ -45,7 +45,7 @@ from ipxbridge.wire.guid import GUID_LEN, guid_from_wire, guid_to_wire
 
 DP8_ENUM_PORT: Final = 6073  # [MC-DPLHP] 2.1: DPNSVR, IANA "directplay8"
 # [MC-DPLHP] 1.9: with no port given, DirectPlay 8 takes the first free one in 2302-2400;
-# hosts answer an enumeration from it (protocols.md 2.1).
+# hosts answer an enumeration from it (docs/protocols.md 2.1).
 DP8_GAME_PORTS: Final = range(2302, 2401)
 
 
@@ -54,7 +54,7 @@ def is_dp8_port(port: int) -> bool:
     return port == DP8_ENUM_PORT or port in DP8_GAME_PORTS
 
 
-# --- enumeration ([MC-DPLHP] 2.2; protocols.md 2.2 and 2.3) ---------------------------------
+# --- enumeration ([MC-DPLHP] 2.2; docs/protocols.md 2.2 and 2.3) ---------------------------------
 
 DP8_LEAD_ENUM: Final = 0x00  # lead byte 0: session/enumeration packet
 DP8_ENUM_QUERY: Final = 0x02
@@ -73,7 +73,7 @@ DP8_OFFSET_BASE: Final = 4  # EnumResponse offsets count from the byte after the
 DP8_RESPONSE_DATA_OFFSET: Final = DP8_RESPONSE_LEN - DP8_OFFSET_BASE  # 88
 DP8_APP_DESC_SIZE: Final = 0x50  # sizeof(DPN_APPLICATION_DESC) on 32-bit (unverified)
 
-# DPN_APPLICATION_DESC flags (protocols.md 2.3).
+# DPN_APPLICATION_DESC flags (docs/protocols.md 2.3).
 DP8_SESSION_CLIENT_SERVER: Final = 0x001
 DP8_SESSION_MIGRATE_HOST: Final = 0x004
 DP8_SESSION_NODPNSVR: Final = 0x040
@@ -204,7 +204,7 @@ def parse_dp8_enum_response(payload: bytes | bytearray | memoryview) -> DP8EnumR
         app_reserved_data=_response_field(rel, app_offset, app_size, "ApplicationReservedData"),
         instance_guid=guid_from_wire(instance),
         application_guid=guid_from_wire(app_guid),
-        # protocols.md 2.3: "ReplyOffset (0 = no reply data)", whatever ResponseSize says.
+        # docs/protocols.md 2.3: "ReplyOffset (0 = no reply data)", whatever ResponseSize says.
         reply_data=_response_field(
             rel, reply_offset, reply_size, "ReplyData", zero_offset_absent=True
         ),
@@ -255,7 +255,7 @@ def build_dp8_enum_response(resp: DP8EnumResponse) -> bytes:
     return head + b"".join(blobs)
 
 
-# --- reliable-protocol frames ([MC-DPL8R] 2.2; protocols.md 2.4) ----------------------------
+# --- reliable-protocol frames ([MC-DPL8R] 2.2; docs/protocols.md 2.4) ----------------------------
 
 DP8_DATA: Final = 0x01  # PACKET_COMMAND_DATA: a DFRAME
 DP8_POLL: Final = 0x08  # PACKET_COMMAND_POLL
@@ -336,7 +336,7 @@ class DP8Frame:
     """One reliable-protocol frame ([MC-DPL8R] 2.2).
 
     * CONNECT / CONNECTED / CONNECTED_SIGNED / HARD_DISCONNECT: the 16-byte CFRAME of
-      protocols.md 2.4; any further bytes (signed variants) are in ``trailer``.
+      docs/protocols.md 2.4; any further bytes (signed variants) are in ``trailer``.
     * SACK (``ext_opcode`` 6): ``timestamp`` is its tTimestamp and its own fields are in
       ``sack``; ``msg_id``, ``rsp_id``, ``protocol_version`` and ``session_id`` are 0 (a SACK
       has none); bytes after the masks (a signature) are in ``trailer``.

@@ -7,7 +7,7 @@ Contract:
   ``dplay_bad_offset`` for an offset or length that leaves the buffer, ``dplay_bad_string``);
   nothing else escapes them, so the codecs built on them are total.
 * Rule 2. Strings are UTF-16LE with a NUL terminator ([MC-DPL4CS] "null-terminated Unicode
-  string"; protocols.md 1.4-1.8, 2.3). Decoding uses ``surrogatepass`` so that any even-length
+  string"; docs/protocols.md 1.4-1.8, 2.3). Decoding uses ``surrogatepass`` so that any even-length
   code-unit sequence decodes and re-encodes to the same bytes.
 * Rule 3. Writers raise ``ValueError`` for values that do not fit (a caller bug).
 
@@ -96,7 +96,7 @@ def counted_string(raw: bytes, what: str, *, terminated: bool = True) -> str | N
         raw: the field's bytes.
         what: the field's name, for the error.
         terminated: the final NUL is required. With False a field without it is read to its
-            end: the count already bounds it (protocols.md 2.3, DP8 SessionName).
+            end: the count already bounds it (docs/protocols.md 2.3, DP8 SessionName).
 
     Raises:
         DPlayError: ``dplay_bad_string`` for an odd length, a missing final NUL (when

@@ -1,13 +1,13 @@
 """DirectPlay 4 player records: DPLAYI_PACKEDPLAYER and DPLAYI_SUPERPACKEDPLAYER.
 
-Sources: protocols.md 1.8, [MC-DPL4CS] 2.2.2 and 2.2.3, Wine's dplayx conformance tests.
+Sources: docs/protocols.md 1.8, [MC-DPL4CS] 2.2.2 and 2.2.3, Wine's dplayx conformance tests.
 
 Contract:
 
 * Rule 1. A PACKEDPLAYER is 48 fixed bytes (FixedSize must be 48) followed by ShortName,
   LongName (UTF-16LE with NUL, lengths in bytes, 0 = absent), SP data, player data and
   NumberOfPlayers x u32 player IDs. Size counts all of it, the ID list included: DirectPlay
-  sizes a packed group as the packed player plus 4 bytes per member. protocols.md's formula
+  sizes a packed group as the packed player plus 4 bytes per member. docs/protocols.md's formula
   "48 + the four variable lengths" is the NumberOfPlayers = 0 case (every Wine test).
 * Rule 2. A SUPERPACKEDPLAYER is 20 fixed bytes (Size = 16 by definition) and optional fields
   whose presence and length-field widths come from PlayerInfoMask; mask bits above 0x400
@@ -37,7 +37,7 @@ from ipxbridge.wire.dplay_fields import (
 )
 from ipxbridge.wire.errors import DPlayError
 
-# DPLAYI_PACKEDPLAYER.Flags / SUPERPACKEDPLAYER.Flags (protocols.md 1.8).
+# DPLAYI_PACKEDPLAYER.Flags / SUPERPACKEDPLAYER.Flags (docs/protocols.md 1.8).
 PLAYER_SYSTEM: Final = 0x1
 PLAYER_NAME_SERVER: Final = 0x2
 PLAYER_IN_GROUP: Final = 0x4

@@ -1,13 +1,13 @@
 """Game-defined session state in DPSESSIONDESC2.dwUser1..4: one table, keyed by game GUID.
 
-DirectPlay leaves the four dwUser words to the game (protocols.md 1.6). Some games keep their
+DirectPlay leaves the four dwUser words to the game (docs/protocols.md 1.6). Some games keep their
 lobby state there instead of in dwFlags / dwMaxPlayers, so a game list that reads only the
-DirectPlay fields shows their password-protected or closed sessions as open (protocols.md
+DirectPlay fields shows their password-protected or closed sessions as open (docs/protocols.md
 1.6.1, Star Trek: Armada).
 
 Contract:
 
-* Rule 1. ``USER_FIELD_DECODERS`` is the only place that knows a game's layout. protocols.md
+* Rule 1. ``USER_FIELD_DECODERS`` is the only place that knows a game's layout. docs/protocols.md
   1.6.1 asks for one table in the code so that a capture can correct it: the masks and byte
   positions of each game sit next to its decoder and nowhere else.
 * Rule 2. A game not in the table has no decoded user fields (``decode_user_fields`` returns
@@ -59,12 +59,12 @@ def user_bytes(user: UserWords) -> bytes:
     return _USER.pack(*(word & 0xFFFF_FFFF for word in user))
 
 
-# --- Star Trek: Armada (protocols.md 1.6.1) ---------------------------------------------------
+# --- Star Trek: Armada (docs/protocols.md 1.6.1) ---------------------------------------
 
-STAR_TREK_ARMADA: Final = UUID("76F93801-9340-11D2-AE34-00600895C779")  # protocols.md 1.6.1, 8
+STAR_TREK_ARMADA: Final = UUID("76F93801-9340-11D2-AE34-00600895C779")  # docs/protocols.md 1.6.1, 8
 
 # Positions count within the 16 user bytes: index 0 is byte 72 from 'play' (dwUser1's low
-# byte). protocols.md 1.6.1 decided "bit 1 = the least significant bit"; the mirrored reading
+# byte). docs/protocols.md 1.6.1 decided "bit 1 = the least significant bit"; the mirrored reading
 # (players 0xE0; flags 0x40 / 0x20 / 0x04 / 0x02) is the alternative if a capture says so.
 ARMADA_PLAYERS_BYTE: Final = 1  # byte 73 = (dwUser1 >> 8) & 0xFF
 ARMADA_PLAYERS_MASK: Final = 0x07  # bits 1-3: a 3-bit count in which 8 wraps to 0
@@ -78,7 +78,7 @@ ARMADA_MAP: Final = slice(4, 16)  # bytes 76..87 = dwUser2..4 in wire order: 12 
 
 
 def decode_armada(user: UserWords) -> UserFields:
-    """Star Trek: Armada's lobby state (protocols.md 1.6.1; the table above)."""
+    """Star Trek: Armada's lobby state (docs/protocols.md 1.6.1; the table above)."""
     raw = user_bytes(user)
     players = raw[ARMADA_PLAYERS_BYTE] & ARMADA_PLAYERS_MASK
     flags = raw[ARMADA_FLAGS_BYTE]

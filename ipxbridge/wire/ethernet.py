@@ -8,11 +8,11 @@ Contract:
   three 802.3 framings it is: ``FF FF`` (the IPX checksum) is Novell's raw 802.3, ``E0 E0 03``
   is 802.2 LLC, ``AA AA 03 00 00 00 81 37`` is SNAP. Anything else is not IPX. This is the
   classic dispatch order of NetWare and Wireshark; raw is tested first because a raw frame
-  has no LLC header at all (``shared/docs/protocols.md`` section 3.1: the checksum is always
+  has no LLC header at all (``docs/protocols.md`` section 3.1: the checksum is always
   0xFFFF, which is what makes raw 802.3 recognisable).
 * Rule 2. ``parse_frame`` returns the IPX packet trimmed to the IPX Length field, as a
   zero-copy ``memoryview``: frames shorter than 60 bytes are padded by the sender, and the
-  padding is not part of the packet (protocols.md 3.1: "Wireshark trims the payload to this
+  padding is not part of the packet (docs/protocols.md 3.1: "Wireshark trims the payload to this
   value"). It judges only the framing and the lengths; the IPX header itself (checksum,
   hops) is judged by ``wire.ipx.parse_packet`` on the trimmed packet, as for UDP ports.
 * Rule 3. ``build_frame`` never truncates: a packet larger than ``max_ipx_len`` for the framing
@@ -68,7 +68,7 @@ DEFAULT_MTU: Final = 1500
 _RAW_PREFIX: Final = CHECKSUM_NONE.to_bytes(2, "big")  # raw 802.3: the IPX checksum FF FF
 _LLC_HEADER: Final = b"\xe0\xe0\x03"  # DSAP E0, SSAP E0 (Novell), control 03 (UI)
 _SNAP_HEADER: Final = b"\xaa\xaa\x03\x00\x00\x00\x81\x37"  # LLC AA AA 03, OUI 0, type 0x8137
-_IPX_MAX_LEN: Final = 0xFFFF  # the IPX Length field is 16 bits (protocols.md 3.1)
+_IPX_MAX_LEN: Final = 0xFFFF  # the IPX Length field is 16 bits (docs/protocols.md 3.1)
 
 # Bytes between the Ethernet header and the IPX packet, per framing.
 _ENCAPSULATION: Final[dict[Framing, bytes]] = {
@@ -140,7 +140,7 @@ def parse_frame(frame: bytes | memoryview) -> EthernetIpx:
         raise EthernetError(
             "eth_truncated", f"{available} bytes of IPX in {framing}, the header needs 30"
         )
-    ipx_length = (data[start + 2] << 8) | data[start + 3]  # protocols.md 3.1: offset 2
+    ipx_length = (data[start + 2] << 8) | data[start + 3]  # docs/protocols.md 3.1: offset 2
     if not IPX_HEADER_LEN <= ipx_length <= available:
         raise EthernetError(
             "eth_bad_ipx_length",

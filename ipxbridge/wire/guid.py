@@ -4,8 +4,8 @@ Contract:
 
 * Rule 1. On the wire a GUID is 16 bytes in the Windows ``GUID`` layout: Data1 (u32), Data2
   (u16) and Data3 (u16) little-endian, then Data4 (8 bytes) as they are ([MC-DPL4CS] 2.2.4,
-  protocols.md 1.4 and 8). That is Python's ``UUID(bytes_le=...)``; ``UUID(bytes=...)`` would
-  be the raw byte order that Wireshark's ``dplay`` dissector prints (protocols.md 9, 4.4).
+  docs/protocols.md 1.4 and 8). That is Python's ``UUID(bytes_le=...)``; ``UUID(bytes=...)`` would
+  be the raw byte order that Wireshark's ``dplay`` dissector prints (docs/protocols.md 9, 4.4).
 * Rule 2. The text form is the registry form Windows shows: braces, upper case,
   ``{76F93801-9340-11D2-AE34-00600895C779}``.
 * Rule 3. ``guid_from_wire`` is for exact 16-byte slices; a wrong length is a caller bug

@@ -4,7 +4,7 @@ Contract:
 
 * Rule 1. An IPX-over-UDP datagram is the bare 30-byte IPX header followed by the IPX data;
   there is no extra framing (RFC 1234 figure 1, and DOSBox ``ipx.cpp``). All header fields are
-  big-endian (Novell IPX; ``shared/docs/protocols.md`` section 3.1).
+  big-endian (Novell IPX; ``docs/protocols.md`` section 3.1).
 * Rule 2. ``parse_packet`` accepts a datagram only when it is at least 30 bytes long, its
   checksum is 0xFFFF (RFC 1234: "implementations should ignore packets with any other value"),
   and its Length field equals the datagram length. Anything else raises ``WireError`` with the
@@ -13,7 +13,7 @@ Contract:
 * Rule 3. The payload is returned as a zero-copy ``memoryview`` of the datagram.
 
 Node addressing: DOSBox puts the client's IPv4 address and UDP port in the six node bytes
-(protocols.md section 3.2); RFC 1234 puts ``00 00`` followed by the IPv4 address (RFC 1234,
+(docs/protocols.md section 3.2); RFC 1234 puts ``00 00`` followed by the IPv4 address (RFC 1234,
 "Unicast address mapping"). Both conventions are provided here, and the bridge's own keyed
 nodes (``keyed_node``), which an outsider cannot predict.
 """
@@ -27,7 +27,7 @@ from typing import Final
 
 from ipxbridge.wire.errors import WireError
 
-# RFC 1234 figure 1 / protocols.md 3.1: checksum, length, transport control, packet type,
+# RFC 1234 figure 1 / docs/protocols.md 3.1: checksum, length, transport control, packet type,
 # destination network, node, socket, source network, node, socket.
 _HEADER: Final = struct.Struct("!HHBB4s6sH4s6sH")
 HEADER_LEN: Final = _HEADER.size  # 30
@@ -41,13 +41,13 @@ BROADCAST_NODE: Final = b"\xff" * 6
 ZERO_NODE: Final = b"\x00" * 6
 ZERO_NET: Final = b"\x00" * 4
 
-SOCKET_ECHO: Final = 0x0002  # echo / DOSBox registration and ping (protocols.md 3.1, 4.5).
-SOCKET_DPLAY_DISCOVERY: Final = 0xA57F  # DirectPlay IPX discovery socket (protocols.md 1.9).
+SOCKET_ECHO: Final = 0x0002  # echo / DOSBox registration and ping (docs/protocols.md 3.1, 4.5).
+SOCKET_DPLAY_DISCOVERY: Final = 0xA57F  # DirectPlay IPX discovery socket (docs/protocols.md 1.9).
 # vanilla-utilities' mini DOSBox server sends this to each client when it shuts down:
 # sockets 86 (decimal) on both ends, packet type 0xFF, null source address.
 SOCKET_SHUTDOWN: Final = 86
 PACKET_TYPE_SHUTDOWN: Final = 0xFF
-# IPXWrapper coalescing (protocols.md section 6): source socket 0 and packet type 2, data is a
+# IPXWrapper coalescing (docs/protocols.md section 6): source socket 0 and packet type 2, data is a
 # run of complete IPX packets. The switch unpacks them where they enter (policy/switch.py).
 PACKET_TYPE_COALESCED: Final = 2
 # Offsets of the header fields read from an encoded packet without decoding it (3.1).
@@ -55,7 +55,7 @@ TYPE_OFFSET: Final = 5
 SRC_SOCKET_OFFSET: Final = 28
 
 # Sockets that carry LAN file sharing and management, not games. ipxbox filters the same list
-# "which could present a security risk" (reliability.md I3): NCP, SAP, RIP, 0x454, NetBIOS;
+# "which could present a security risk" (docs/reliability.md I3): NCP, SAP, RIP, 0x454, NetBIOS;
 # NWLink SMB 0x551-0x553; SNMP over IPX 0x900F/0x9010.
 DEFAULT_FILTERED_SOCKETS: Final[frozenset[int]] = frozenset(
     {0x0451, 0x0452, 0x0453, 0x0454, 0x0455, 0x0551, 0x0552, 0x0553, 0x900F, 0x9010}
@@ -64,7 +64,7 @@ DEFAULT_FILTERED_SOCKETS: Final[frozenset[int]] = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class IpxHeader:
-    """The 30-byte IPX header (protocols.md 3.1). Networks are 4 raw bytes, nodes 6."""
+    """The 30-byte IPX header (docs/protocols.md 3.1). Networks are 4 raw bytes, nodes 6."""
 
     checksum: int
     length: int
@@ -87,7 +87,7 @@ class IpxHeader:
         """DOSBox registration: destination net and node zero, destination socket 2.
 
         The packet type is ignored on purpose: DOSBox 0.74 leaves it uninitialised,
-        IPXWrapper sends 2 and vanilla-utilities 0xFF (protocols.md 4.7, "Variants").
+        IPXWrapper sends 2 and vanilla-utilities 0xFF (docs/protocols.md 4.7, "Variants").
         """
         return (
             self.dst_socket == SOCKET_ECHO
@@ -97,7 +97,7 @@ class IpxHeader:
 
     @property
     def is_echo(self) -> bool:
-        """A DOSBox ping or ping reply: both sockets are 2 (protocols.md 4.5)."""
+        """A DOSBox ping or ping reply: both sockets are 2 (docs/protocols.md 4.5)."""
         return self.dst_socket == SOCKET_ECHO and self.src_socket == SOCKET_ECHO
 
     @property
@@ -130,7 +130,7 @@ def parse_header(data: bytes | memoryview) -> IpxHeader:
 
     The transport-control (hop) byte is decoded, not judged: whether a hop count is too high
     is a routing rule of the switch, and DOSBox clients send whatever the DOS program left in
-    that byte (protocols.md 4.1), so the codec must not reject it.
+    that byte (docs/protocols.md 4.1), so the codec must not reject it.
     """
     size = len(data)
     if size < HEADER_LEN:
@@ -230,17 +230,18 @@ def format_net(net: bytes) -> str:
     return net.hex()
 
 
-# --- DOSBox protocol control packets (protocols.md section 4) -----------------------------
+# --- DOSBox protocol control packets (docs/protocols.md section 4) -----------------------------
 
 
 def build_registration() -> bytes:
-    """The 30-byte registration a DOSBox client sends (protocols.md 4.2)."""
+    """The 30-byte registration a DOSBox client sends (docs/protocols.md 4.2)."""
     return build_packet(
         dst_node=ZERO_NODE, dst_socket=SOCKET_ECHO, src_node=ZERO_NODE, src_socket=SOCKET_ECHO
     )
 
 
-# The server's ack carries source network 1 (later DOSBox servers and ipxbox, protocols.md 4.3).
+# The server's ack carries source network 1 (later DOSBox servers and ipxbox, docs/protocols.md
+# 4.3).
 SERVER_NET: Final = b"\x00\x00\x00\x01"
 
 
@@ -248,7 +249,7 @@ def build_registration_reply(client_node: bytes, server_node: bytes) -> bytes:
     """The server's answer: the destination node is the address assigned to the client.
 
     DOSBox copies the destination network and node of the first datagram it receives as its
-    own address (protocols.md 4.2), so this must be the first thing a new address gets.
+    own address (docs/protocols.md 4.2), so this must be the first thing a new address gets.
     """
     return build_packet(
         dst_node=client_node,
@@ -260,7 +261,9 @@ def build_registration_reply(client_node: bytes, server_node: bytes) -> bytes:
 
 
 def build_ping(src_node: bytes) -> bytes:
-    """A broadcast echo request on socket 2; also used as the keepalive (protocols.md 4.5, 4.6).
+    """A broadcast echo request on socket 2; also used as the keepalive.
+
+    docs/protocols.md 4.5, 4.6.
 
     Unlike ipxbox's keepalive (checksum and length zero) it is well-formed, so strict
     receivers such as IPXWrapper accept it.
@@ -271,7 +274,7 @@ def build_ping(src_node: bytes) -> bytes:
 
 
 def build_ping_reply(pinger_node: bytes, own_node: bytes) -> bytes:
-    """The unicast answer to a ping, as a DOSBox client sends it (protocols.md 4.5)."""
+    """The unicast answer to a ping, as a DOSBox client sends it (docs/protocols.md 4.5)."""
     return build_packet(
         dst_node=pinger_node, dst_socket=SOCKET_ECHO, src_node=own_node, src_socket=SOCKET_ECHO
     )
@@ -290,7 +293,7 @@ def build_shutdown(client_node: bytes) -> bytes:
 
 # --- ipxbridge's own beacon (two bridges on one segment, policy/switch.py rule 8) ----------
 
-# A socket in Novell's assigned range that no protocol in protocols.md 3.1 uses. Stations
+# A socket in Novell's assigned range that no protocol in docs/protocols.md 3.1 uses. Stations
 # without it open discard the packet, as they discard RIP and SAP they do not listen to.
 SOCKET_BEACON: Final = 0x9B1B
 BEACON_PREFIX: Final = b"ipxbridge-beacon/"  # any version: consumed, never relayed
@@ -371,7 +374,7 @@ def build_beacon(
         dst_socket=SOCKET_BEACON,
         src_node=bridge_id,
         src_socket=SOCKET_BEACON,
-        packet_type=4,  # PEP, as applications use (protocols.md 3.1)
+        packet_type=4,  # PEP, as applications use (docs/protocols.md 3.1)
         payload=body,
     )
 

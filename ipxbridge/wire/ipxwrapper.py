@@ -1,4 +1,4 @@
-"""IPXWrapper's native UDP encapsulation, and its coalesced packets (protocols.md section 6).
+"""IPXWrapper's native UDP encapsulation, and its coalesced packets (docs/protocols.md section 6).
 
 IPXWrapper (solemnwarning/ipxwrapper) in its default mode does not put a Novell IPX header on
 the wire. It sends its own packed ``struct ipx_packet`` as the UDP payload on port 54792:
@@ -28,7 +28,7 @@ Contract:
 * Rule 2. There is no checksum and no hop count in this format. Converting to IPX
   (``ipxwrapper_to_ipx``) writes checksum 0xFFFF, Length = 30 + data and transport control
   0: a packet entering the IPX network from an IPXWrapper station starts its journey there,
-  as a sender's packet does (protocols.md 3.1). Converting from IPX (``ipx_to_ipxwrapper``)
+  as a sender's packet does (docs/protocols.md 3.1). Converting from IPX (``ipx_to_ipxwrapper``)
   drops the hop count: IPXWrapper stations are end hosts, so the count ends with them. Loop
   protection across IPXWrapper segments is therefore the switch's duplicate filter, not the
   hop limit (issue 13 item 2).
@@ -59,10 +59,10 @@ from typing import Final, Literal, get_args
 from ipxbridge.wire import ipx
 from ipxbridge.wire.errors import CoalescedReason, WireError
 
-# protocols.md 6: IPXWrapper's UDP port (src/ipxwrapper.h ``#define PORT 54792``).
+# docs/protocols.md 6: IPXWrapper's UDP port (src/ipxwrapper.h ``#define PORT 54792``).
 IPXWRAPPER_UDP_PORT: Final = 54792
 
-# protocols.md 6, ``struct ipx_packet`` (packed): ptype, dst net/node/socket,
+# docs/protocols.md 6, ``struct ipx_packet`` (packed): ptype, dst net/node/socket,
 # src net/node/socket, size (data bytes only). Network byte order throughout.
 _HEADER: Final = struct.Struct("!B4s6sH4s6sHH")
 IPXWRAPPER_HEADER_LEN: Final = _HEADER.size  # 27
@@ -72,7 +72,7 @@ IPXWRAPPER_HEADER_LEN: Final = _HEADER.size  # 27
 # is lower, so no genuine packet is refused.
 MAX_DATA: Final = ipx.MAX_DATAGRAM - ipx.HEADER_LEN
 
-# protocols.md 6, coalescing (src/coalesce.h IPXWRAPPER_COALESCE_PACKET_MAX_SIZE): a batch
+# docs/protocols.md 6, coalescing (src/coalesce.h IPXWRAPPER_COALESCE_PACKET_MAX_SIZE): a batch
 # is at most 1384 bytes of UDP payload, outer header included, so its data is always less.
 # The bound is applied to the data alone, whichever outer header (30-byte IPX in DOSBox
 # mode, 27-byte here) carried it.
@@ -111,7 +111,7 @@ class CoalescedError(WireError):
 
 
 class IpxWrapperMagic(IntEnum):
-    """Packet types of IPXWrapper's internal packets (source socket 0; protocols.md 6)."""
+    """Packet types of IPXWrapper's internal packets (source socket 0; docs/protocols.md 6)."""
 
     SPX_LOOKUP = 1  # IPX_MAGIC_SPXLOOKUP: ask a host for its SPX-over-TCP IP and port
     COALESCED = ipx.PACKET_TYPE_COALESCED  # IPX_MAGIC_COALESCED: a batch of IPX packets
@@ -119,7 +119,7 @@ class IpxWrapperMagic(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class IpxWrapperPacket:
-    """One IPXWrapper UDP packet (protocols.md 6).
+    """One IPXWrapper UDP packet (docs/protocols.md 6).
 
     Networks are 4 raw bytes and nodes 6; ``data`` excludes the 27-byte header (its length is
     the ``size`` field on the wire).
@@ -151,12 +151,12 @@ class IpxWrapperPacket:
 
     @property
     def is_coalesced(self) -> bool:
-        """A coalesced batch: source socket 0, packet type 2 (protocols.md 6)."""
+        """A coalesced batch: source socket 0, packet type 2 (docs/protocols.md 6)."""
         return self.magic is IpxWrapperMagic.COALESCED
 
     @property
     def is_spx_lookup(self) -> bool:
-        """An SPX lookup: source socket 0, packet type 1 (protocols.md 6)."""
+        """An SPX lookup: source socket 0, packet type 1 (docs/protocols.md 6)."""
         return self.magic is IpxWrapperMagic.SPX_LOOKUP
 
 
@@ -270,7 +270,7 @@ _MAGIC_TYPES: Final = frozenset(int(m) for m in IpxWrapperMagic)
 
 
 def unpack_coalesced(data: bytes | memoryview) -> list[bytes]:
-    """Split a coalesced batch's data into its IPX packets (Rule 4; protocols.md 6).
+    """Split a coalesced batch's data into its IPX packets (Rule 4; docs/protocols.md 6).
 
     Args:
         data: the data of a coalesced packet (after its IPX or IPXWrapper header).

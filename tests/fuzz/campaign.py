@@ -4,7 +4,7 @@
 
 Each target keeps its corpus in ``CORPUS/TARGET`` (seeded from ``targets.py`` on the first
 run), so later campaigns start where earlier ones stopped. libFuzzer runs with a 10 s
-per-input timeout and a 256 MB RSS limit (reliability.md R1); a crash, timeout or leak is
+per-input timeout and a 256 MB RSS limit (docs/reliability.md R1); a crash, timeout or leak is
 written to ``CORPUS/TARGET-artifacts/`` and the line says FAIL.
 """
 

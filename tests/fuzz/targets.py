@@ -3,7 +3,7 @@
 Each target is a property over one input of arbitrary bytes. It returns normally when the
 code under test behaved (a result, or the typed error of its closed reason set) and raises
 ``AssertionError`` or the unexpected exception otherwise. ``fuzz.py`` runs a target under
-atheris for long runs (reliability.md R1); ``tests/unit/test_fuzz_targets.py`` runs every
+atheris for long runs (docs/reliability.md R1); ``tests/unit/test_fuzz_targets.py`` runs every
 target on its seeds and a few thousand deterministic mutations in CI, so none can rot.
 
 Targets:
@@ -385,7 +385,7 @@ class UnprovenBooks:
 def check_switch(data: bytes) -> None:
     """The switch never raises, gives every datagram exactly one known outcome, relays only
     to its own ports and never back to the ingress, changes nothing but the hop count,
-    sends replies only to the sender (no reflection: reliability.md R7, R8), and sends an
+    sends replies only to the sender (no reflection: docs/reliability.md R7, R8), and sends an
     address that has not proved it receives no more than it got from it (amplification at
     most 1). A coalesced batch is never forwarded as one: each of its packets gets a
     decision of its own, held to the same properties (policy/switch.py rule 1)."""
@@ -460,7 +460,7 @@ def check_decision(
         assert not header.is_coalesced  # unpacked where it entered
         out = ipx.parse_header(decision.packet)
         assert decision.packet[5:] == packet[5:]
-        # Hop byte: a peer's count + 1; a client's taken as 0 (protocols.md 4.1).
+        # Hop byte: a peer's count + 1; a client's taken as 0 (docs/protocols.md 4.1).
         if src in switch.peers:
             assert out.hops == header.hops + 1
         else:
@@ -628,7 +628,7 @@ def datagram_seeds() -> list[bytes]:
     ]
     vectors = load_vectors()
     packets += [(2, vectors["c"].data), (0, vectors["c2"].data)]
-    # Coalesced batches (protocols.md 6): from a client (a broadcast, a unicast, a filtered
+    # Coalesced batches (docs/protocols.md 6): from a client (a broadcast, a unicast, a filtered
     # socket, a spoofed source, the same broadcast again), and from the peer.
     inner = [
         ipx.build_packet(
@@ -746,7 +746,7 @@ TARGETS: Final[dict[str, Target]] = {
 
 def mutations(seeds: list[bytes], count: int, seed: int = 1234) -> Iterator[bytes]:
     """The seeds, then ``count`` deterministic mutations of them (byte flips, 32-bit values,
-    0xFF/0xFE fills as reliability.md 2 advises, truncations, insertions)."""
+    0xFF/0xFE fills as docs/reliability.md 2 advises, truncations, insertions)."""
     rng = random.Random(seed)
     yield from seeds
     for _ in range(count):

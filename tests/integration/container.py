@@ -1,6 +1,6 @@
 """Podman, a stand-in base image and the image build, for ``test_container.py``.
 
-There is no Docker engine and no registry here (``shared/docs/testbed.md``, "Building and
+There is no Docker engine and no registry here (``docs/testbed.md``, "Building and
 running the container image for real"). So the tests use podman with its storage, run
 directory and configuration in a temp dir, and a base image made locally with debootstrap:
 Debian bookworm (minbase) with its python3.11, python3-venv and python-is-python3. It is
@@ -49,7 +49,7 @@ Dir::Cache::srcpkgcache "";
 """
 
 CONTAINERS_CONF = """\
-# podman on this test bed (shared/docs/testbed.md): runc (crun 1.8 fails on hybrid
+# podman on this test bed (docs/testbed.md): runc (crun 1.8 fails on hybrid
 # cgroups), cgroupfs (no systemd), events to a file, ulimits runc may set.
 [containers]
 default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
@@ -247,7 +247,7 @@ class Podman:
         """Run podman (inside network namespace ``netns`` if given) and capture its output.
 
         ``nsenter --net`` rather than ``ip netns exec``: the latter remounts /sys and runc then
-        finds no cgroup mount (testbed.md).
+        finds no cgroup mount (docs/testbed.md).
         """
         prefix = ["nsenter", f"--net=/run/netns/{netns}"] if netns else []
         res = subprocess.run(

@@ -4,7 +4,7 @@ It answers session enumeration the way the specifications say real hosts do:
 
 * DirectPlay 4 over UDP: EnumSessions arrives on UDP 47624; the reply goes over **TCP** to the
   port in the request's SOCKADDR, at the UDP source address when the SOCKADDR address is
-  0.0.0.0 ([MC-DPL4CS] 3.1.4.1, protocols.md 7).
+  0.0.0.0 ([MC-DPL4CS] 3.1.4.1, docs/protocols.md 7).
 * DirectPlay 8: EnumQuery arrives on UDP 6073 (DPNSVR); the EnumResponse is sent to the query's
   source **from the game port** (2302), not from 6073 ([MC-DPLHP] 2.2.2).
 * DirectPlay 4 over IPX (``--ipx SERVER``): registers with a DOSBox-protocol server, and

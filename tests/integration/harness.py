@@ -1,7 +1,7 @@
 """Real test networks for the integration tier: namespaces, veth links, bridges, DOSBox.
 
 Everything runs in network namespaces created here and removed afterwards
-(``shared/docs/testbed.md``). Interface names live inside their namespaces, so two tests never
+(``docs/testbed.md``). Interface names live inside their namespaces, so two tests never
 clash on them; namespace names carry the pid.
 """
 
@@ -265,7 +265,7 @@ ANNOUNCE_SOCKET = 0x4546
 class Client:
     """A synthetic DOSBox-protocol client living in a namespace.
 
-    It behaves as DOSBox does: it registers (protocols.md 4.2), sends from the node the reply
+    It behaves as DOSBox does: it registers (docs/protocols.md 4.2), sends from the node the reply
     gave it, and answers every ping it reads with a unicast to the pinger's node (4.5, 4.6),
     whether it arrives while the test waits for data or for the ping itself.
     """
@@ -307,7 +307,7 @@ class Client:
         return True
 
     def answer_keepalive(self, timeout: float = 5.0) -> None:
-        """Wait for the bridge's ping and answer it, as DOSBox does (protocols.md 4.6).
+        """Wait for the bridge's ping and answer it, as DOSBox does (docs/protocols.md 4.6).
 
         An unverified client is pinged only within its budget (policy/switch.py rule 2):
         with the defaults, once it has sent something; a verified one after

@@ -1,4 +1,4 @@
-"""A test station speaking IPXWrapper's own UDP encapsulation (protocols.md section 6).
+"""A test station speaking IPXWrapper's own UDP encapsulation (docs/protocols.md section 6).
 
 It stands in for a Windows game under IPXWrapper in its default mode (``ENCAP_TYPE_IPXWRAPPER``)
 and is written from the protocol digest, not from ipxbridge's codec
@@ -9,7 +9,7 @@ packed and unpacked here with ``struct``:
 
 with ``size`` (big-endian, like every field) counting the data only.
 
-What it reproduces of IPXWrapper (protocols.md 6, ``src/router.c`` and ``src/winsock.c``):
+What it reproduces of IPXWrapper (docs/protocols.md 6, ``src/router.c`` and ``src/winsock.c``):
 
 * **Two UDP sockets**, as IPXWrapper's router opens them: a *shared* one bound to port 54792
   (``SO_REUSEADDR``) on which broadcasts arrive, and a *private* one on an ephemeral port from

@@ -38,7 +38,7 @@ def reflect(*args: str) -> dict[str, tuple[int, float]]:
 
 @pytest.mark.netns
 def test_reflection_is_bounded_and_strict_mode_never_amplifies() -> None:
-    """reliability.md R7: spoofed sources aim the bridge at a victim that answers nothing.
+    """docs/reliability.md R7: spoofed sources aim the bridge at a victim that answers nothing.
 
     Strict settings (budget 0, credit 1): the victim gets no more than was spoofed as it.
     Defaults: a spoofed rejoin no longer makes the victim a verified client (before: every

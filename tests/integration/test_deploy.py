@@ -361,7 +361,7 @@ def test_native_ipx_port_opens_as_10001_with_net_raw_alone(
         for key in ("CapEff", "CapAmb"):
             assert int(st_fields[key], 16) == wanted, (key, st_fields[key])
         assert promiscuity(box, "seg0") == 1
-        # A native station's Ethernet II broadcast (protocols.md 3.1) reaches the port: the
+        # A native station's Ethernet II broadcast (docs/protocols.md 3.1) reaches the port: the
         # only port, so it is dropped there (no_destination), and counted.
         packet = ipx.build_packet(
             dst_node=ipx.BROADCAST_NODE,

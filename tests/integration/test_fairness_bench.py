@@ -1,4 +1,4 @@
-"""bench/fairness.py (reliability.md R13) runs briefly and judges: a player behind a flood.
+"""bench/fairness.py (docs/reliability.md R13) runs briefly and judges: a player behind a flood.
 
 A short, light version of the R13 campaign (8 s at 20,000 pps instead of 60 s at 80,000)
 so that it finishes in well under a minute: the player's broadcasts must still get through

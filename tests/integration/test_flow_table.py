@@ -1,4 +1,5 @@
-"""Rewrite-mode flow table under spoofed one-packet sources (issue 11 item 4, reliability.md R16).
+"""Rewrite-mode flow table under spoofed one-packet sources (issue 11 item 4, docs/reliability.md
+R16).
 
 Topology (private to the namespaces made here)::
 

@@ -3,7 +3,7 @@
 Topology (namespace ``box``):
 
 - ``lan0``: veth to namespace ``h``, 10.61.1.1/24 added **without** ``brd +`` (kernel
-  broadcast 0.0.0.0, glibc reports the own address: reliability.md item 8);
+  broadcast 0.0.0.0, glibc reports the own address: docs/reliability.md item 8);
   default route via 10.61.1.254 metric 100.
 - ``br0``: Linux bridge without ports, 10.61.2.1/24; default route metric 20 (PRIMARY).
 - ``tun0``: ``ip tuntap`` device nobody opens, 10.61.3.1 peer 10.61.3.2, set up.
@@ -123,7 +123,7 @@ def test_interfaces_json(net: Netns, box: str, wg_name: str) -> None:
         wg_name: "wireguard",  # a tun device, recognised by its UAPI socket
     }
     lan = found["lan0"]
-    # computed, although the kernel has no broadcast for this address (reliability.md 8)
+    # computed, although the kernel has no broadcast for this address (docs/reliability.md 8)
     assert lan["addresses"] == [
         {"address": "10.61.1.1", "prefixlen": 24, "broadcast": "10.61.1.255", "peer": None}
     ]
@@ -474,7 +474,7 @@ def test_watcher_follows_link_and_address_changes(net: Netns) -> None:
         assert _names(first)["wa"]["addresses"] == ["10.62.0.1/24"]
         assert first["events"] == dict.fromkeys(first["events"], 0)
 
-        # delete and re-create: a new ifindex (the ENODEV case of reliability.md item 6)
+        # delete and re-create: a new ifindex (the ENODEV case of docs/reliability.md item 6)
         sh("ip", "-n", ns, "link", "del", "wa")
         gone = lines.wait_for(lambda i: "wa" not in _names(i), 2)
         assert gone["events"]["link_del"] >= 2  # both ends of the pair

@@ -11,7 +11,7 @@ Topology (namespaces this file creates, addresses private to them):
   ``cc0`` (10.82.0.2/24).
 
 Oracles: every frame sent toward the bridge is built by scapy, from an IPX layer written here
-after protocols.md 3.1 (scapy 2.8 has no IPX layer), never by ipxbridge's own codec; what the
+after docs/protocols.md 3.1 (scapy 2.8 has no IPX layer), never by ipxbridge's own codec; what the
 bridge puts on the segment is captured with dumpcap on the station side and decoded by tshark.
 """
 
@@ -53,7 +53,7 @@ ETH_P_ALL = 0x0003  # linux/if_ether.h
 PACKET_OUTGOING = 4  # linux/if_packet.h: a frame this host sent, seen by its own socket
 BROADCAST = b"\xff" * 6
 DATA_SOCKET = 0x4545
-ECHO_SOCKET = 0x0002  # DOSBox ping (protocols.md 3.1, 4.5)
+ECHO_SOCKET = 0x0002  # DOSBox ping (docs/protocols.md 3.1, 4.5)
 BEACON_SOCKET = 0x9B1B  # ipxbridge's beacon between bridges on one segment (switch rule 8)
 IPX_HEADER = 30
 MIN_FRAME = 60  # the 64-byte Ethernet minimum less the FCS: a NIC pads shorter frames
@@ -72,7 +72,7 @@ pytestmark = pytest.mark.netns
 
 
 class ScapyIpx(Packet):
-    """The 30-byte IPX header, big-endian (protocols.md 3.1), as a scapy layer."""
+    """The 30-byte IPX header, big-endian (docs/protocols.md 3.1), as a scapy layer."""
 
     name = "IPX"
     fields_desc = [  # noqa: RUF012 - scapy's own class attribute
@@ -664,7 +664,7 @@ def test_a_station_reaches_a_remote_node_at_the_bridges_mac_or_at_the_node(
 
 
 # A native station whose MAC reads as an IPv4 address and port when DOSBox prints it: ipxnet
-# ping decodes the responder's node as IPv4 + port (protocols.md 4.5).
+# ping decodes the responder's node as IPv4 + port (docs/protocols.md 4.5).
 NATIVE_MAC = bytes.fromhex("0a3d0b161234")
 NATIVE_AS_DOSBOX_PRINTS_IT = "Response from 10.61.11.22, port 4660"
 
@@ -676,7 +676,7 @@ def ping_frame(framing: str, src: bytes) -> bytes:
 
 
 def ping_reply_frame(framing: str, src: bytes, pinger: bytes, to: bytes) -> bytes:
-    """The unicast answer a DOSBox client gives a ping (protocols.md 4.5), as a frame to the
+    """The unicast answer a DOSBox client gives a ping (docs/protocols.md 4.5), as a frame to the
     MAC ``to``: the immediate address the ping came from, as an IPX stack answers."""
     ipx = ipx_layer(dst=pinger, src=src, payload=b"", sock=ECHO_SOCKET, ptype=0)
     return scapy_frame(framing, to, src, ipx)
@@ -707,7 +707,7 @@ def test_real_dosbox_and_a_native_station_ping_each_other_through_the_bridge(
         found = bridge.wait_for(rf"client {CLIENT_IP}:\d+ registered as node ([0-9a-f:]+)", 20)
         dosbox_node = node(found.group(1))  # keyed: ipxnet ping's own broadcast proves it
         # DOSBox -> native (broadcast) and native -> DOSBox (unicast): the station answers
-        # the ping of ipxnet ping the way a DOSBox client does (protocols.md 4.5).
+        # the ping of ipxnet ping the way a DOSBox client does (docs/protocols.md 4.5).
         answered: list[tuple[bytes, str, bytes]] = []
         deadline = time.monotonic() + 20
         while NATIVE_AS_DOSBOX_PRINTS_IT not in dosbox.read("PING.TXT"):

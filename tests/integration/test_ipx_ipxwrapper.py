@@ -1,12 +1,12 @@
 """IPXWrapper's UDP and RFC 1234 segments as ports of the IPX switch, end to end (issue 13).
 
-Stand-ins, each written from protocols.md and behaving like the real thing:
+Stand-ins, each written from docs/protocols.md and behaving like the real thing:
 
-* an IPXWrapper station in its default mode (``ipxwrapper_station.py``, protocols.md 6) at
+* an IPXWrapper station in its default mode (``ipxwrapper_station.py``, docs/protocols.md 6) at
   the far end of a userspace WireGuard link (wireguard-go);
-* DOSBox-protocol clients (``harness.Client``, protocols.md 4), one of them a DirectPlay host
-  behind IPXWrapper's DOSBox mode (registers with type 2, never answers pings, protocols.md 6);
-* an RFC 1234 host: a plain UDP socket on port 213, node ``00 00`` + its IPv4 (protocols.md 5).
+* DOSBox-protocol clients (``harness.Client``, docs/protocols.md 4), one of them a DirectPlay host
+  behind IPXWrapper's DOSBox mode (registers with type 2, never answers pings, docs/protocols.md 6);
+* an RFC 1234 host: a plain UDP socket on port 213, node ``00 00`` + its IPv4 (docs/protocols.md 5).
 
 Topology (namespaces made and removed per test; addresses private to them):
 
@@ -54,7 +54,7 @@ from tests.integration.ipxwrapper_station import (
     encode,
 )
 
-DISCOVERY: Final = 0xA57F  # DirectPlay's IPX enumeration socket (protocols.md 1.9)
+DISCOVERY: Final = 0xA57F  # DirectPlay's IPX enumeration socket (docs/protocols.md 1.9)
 DP_SOCKET: Final = 0x0400  # IPXWrapper's first automatic socket (1024): the SP's main socket
 HOST_SOCKET: Final = 0x4002  # the DOSBox-side host's game socket
 GAME: Final = 0x4545  # a game's data socket
@@ -63,7 +63,7 @@ STATION_NODE: Final = bytes.fromhex("02ac0a620002")  # locally administered
 IP_PKTINFO: Final = 8  # linux/in.h (Python 3.11 has no socket.IP_PKTINFO)
 RFC1234_PORT: Final = 213
 
-# The 30-byte Novell header (protocols.md 3.1), packed here independently of wire/ipx.py.
+# The 30-byte Novell header (docs/protocols.md 3.1), packed here independently of wire/ipx.py.
 IPX_HEADER: Final = struct.Struct("!HHBB4s6sH4s6sH")
 
 
@@ -113,7 +113,7 @@ class Ipx30:
 
 
 class Rfc1234Host:
-    """An RFC 1234 host: IPX packets as UDP payload, port 213 at both ends (protocols.md 5).
+    """An RFC 1234 host: IPX packets as UDP payload, port 213 at both ends (docs/protocols.md 5).
 
     Its node is ``00 00`` followed by its IPv4 address; it broadcasts to the subnet broadcast.
     It ignores a datagram whose IPX checksum is not 0xFFFF (as the RFC says) or whose Length
@@ -181,7 +181,7 @@ class Rfc1234Host:
 
 
 class DosboxHost:
-    """A DirectPlay host behind IPXWrapper's DOSBox mode (protocols.md 6 and 1.9).
+    """A DirectPlay host behind IPXWrapper's DOSBox mode (docs/protocols.md 6 and 1.9).
 
     Registers with packet type 2, never answers a ping, says nothing until an EnumSessions
     arrives on the discovery socket, and answers it with a bare EnumSessionsReply from its game
@@ -195,7 +195,7 @@ class DosboxHost:
         self.sock.settimeout(1.0)
         self.server = server
         registration = bytearray(ipx.build_registration())
-        registration[5] = 2  # IPXWrapper registers with type 2 (protocols.md 6)
+        registration[5] = 2  # IPXWrapper registers with type 2 (docs/protocols.md 6)
         self.sock.sendto(bytes(registration), server)
         self.node = ipx.parse_header(self.sock.recvfrom(2048)[0]).dst_node
 
@@ -573,7 +573,7 @@ def test_rfc1234_segment_exchanges_with_a_dosbox_client(net: Netns, workdir: Pat
 
 
 def coalesced(dst_node: bytes, src_node: bytes, inner: list[bytes]) -> bytes:
-    """A batch as IPXWrapper's ``coalesce.c`` builds it (protocols.md 6).
+    """A batch as IPXWrapper's ``coalesce.c`` builds it (docs/protocols.md 6).
 
     Outer IPX header: checksum 0xFFFF, hop count 0, packet type 2, destination network and
     node of the batched packets with socket 0, the sender's own network and node with source

@@ -16,7 +16,7 @@ Everything runs in namespaces this file creates (the ``net`` fixture removes the
   host ``h`` on that subnet, a DOSBox-protocol client ``c`` on ``cl0``; ``lan0`` moves from
   10.61.0.0/24 to 10.62.0.0/24 while the bridge runs.
 
-The native stations behave like a NetWare client bound to Ethernet II (protocols.md 3.1):
+The native stations behave like a NetWare client bound to Ethernet II (docs/protocols.md 3.1):
 they send and accept only Ethernet II frames (EtherType 0x8137), address frames to the IPX
 node (their MAC), and announce themselves when they start with a RIP request (socket 0x0453),
 as a client shell does when it loads. The bridge never relays that socket, but it learns the
@@ -134,7 +134,7 @@ class Station:
     def send_ipx(self, dst_socket: int, payload: bytes, dst_node: bytes = BROADCAST) -> None:
         """One IPX packet in an Ethernet II frame, from the station's MAC (its node).
 
-        The frame goes to the destination node as a MAC (protocols.md 3.1).
+        The frame goes to the destination node as a MAC (docs/protocols.md 3.1).
         """
         packet = ipx.build_packet(
             dst_node=dst_node,
@@ -660,7 +660,7 @@ class SubnetHost:
     """An RFC 1234 host and an IPXWrapper host on one address, reading where datagrams went.
 
     Both listen on their well-known ports on every address, as the real ones do (RFC 1234:
-    UDP 213 both ways; IPXWrapper: 54792, protocols.md 6), and note each datagram's
+    UDP 213 both ways; IPXWrapper: 54792, docs/protocols.md 6), and note each datagram's
     destination address (IP_PKTINFO): a subnet broadcast or this host.
     """
 
@@ -703,7 +703,7 @@ class SubnetHost:
     def ipxwrapper_payload(self, payload: bytes, timeout: float = 3.0) -> tuple[str, str] | None:
         """(source, destination) of the IPXWrapper datagram carrying ``payload``.
 
-        Its 27-byte header (protocols.md 6): type, destination net, node, socket, source
+        Its 27-byte header (docs/protocols.md 6): type, destination net, node, socket, source
         net, node, socket, then the data size, which must equal what follows.
         """
         for data, src, dst in self._read(self.ipxwrapper, timeout):
@@ -762,7 +762,7 @@ def test_address_change_on_udp_ports_is_followed_without_restart(net: Netns, wor
             client.broadcast(payload)
             got = (host.rfc1234_payload(payload), host.ipxwrapper_payload(payload))
             # Each kind sends to the subnet broadcast from the bridge's own address there
-            # (IPXWrapper takes sources in its subnet only, protocols.md 6).
+            # (IPXWrapper takes sources in its subnet only, docs/protocols.md 6).
             assert got == ((ours, subnet), (ours, subnet)), (got, bridge.log())
             # And back: each port takes sources in its subnet only, the new one after the move.
             client.client.sock.settimeout(3.0)

@@ -50,7 +50,8 @@ def two_sites(net: Netns) -> tuple[str, str, str, str]:
 
 
 def as_dosbox_prints(node: bytes) -> str:
-    """How ``ipxnet ping`` shows a responder: its node read as IPv4 + port (protocols.md 4.5)."""
+    """How ``ipxnet ping`` shows a responder: its node read as IPv4 + port (docs/protocols.md
+    4.5)."""
     return f"Response from {socket.inet_ntoa(node[:4])}, port {int.from_bytes(node[4:], 'big')}"
 
 
@@ -107,7 +108,7 @@ def test_two_dosbox_clients_ping_each_other(net: Netns, workdir: Path, idle_spea
         assert pinger.wait(50) == 0
         assert "connected to server at 10.31.1.1" in pinger.read("CONN.TXT")
         ping = pinger.read("PING.TXT")
-        # DOSBox decodes the responder's node as IPv4 + port (protocols.md 4.5): the other
+        # DOSBox decodes the responder's node as IPv4 + port (docs/protocols.md 4.5): the other
         # client answers from its keyed node, and the bridge answers from its own address.
         assert node[0] == 0x02
         assert as_dosbox_prints(node) in ping, ping

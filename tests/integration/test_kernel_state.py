@@ -1,5 +1,5 @@
 """Kernel state the bridge owns: the fast path's nftables table outlives a killed bridge
-(reliability.md R18), and its counters close the books under a flood (R13).
+(docs/reliability.md R18), and its counters close the books under a flood (R13).
 
 Topology (all private to the namespaces made here)::
 

@@ -179,7 +179,7 @@ def test_datagrams_the_kernel_drops_while_the_bridge_is_stalled_are_counted(
     net: Netns, workdir: Path
 ) -> None:
     """received + kernel drops = sent: even a datagram that never reached the bridge is
-    accounted for (reliability.md R3/R13). The bridge is stopped with SIGSTOP so its
+    accounted for (docs/reliability.md R3/R13). The bridge is stopped with SIGSTOP so its
     8 MiB receive buffer fills, as it would under a flood or a CPU stall."""
     box, c1 = net.add("box"), net.add("c1")
     net.link(box, "lan", "10.58.0.1/24", c1, "eth0", "10.58.0.11/24")

@@ -1,6 +1,6 @@
 """The switch against clients that behave the way real ones do (issue: real clients and games).
 
-Each stand-in client reproduces a documented behaviour of a real one (protocols.md):
+Each stand-in client reproduces a documented behaviour of a real one (docs/protocols.md):
 
 * a DOS program under DOSBox leaves garbage in the transport-control byte and, answering from
   its receive buffer, sends back the hop count it received (4.1);
@@ -37,7 +37,7 @@ from tests.integration.harness import (
     inside,
 )
 
-DISCOVERY = 0xA57F  # DirectPlay's IPX enumeration socket (protocols.md 1.9)
+DISCOVERY = 0xA57F  # DirectPlay's IPX enumeration socket (docs/protocols.md 1.9)
 HOST_SOCKET = 0x4002  # an ephemeral socket for the host's game traffic and replies
 ARMADA = uuid.UUID("76F93801-9340-11D2-AE34-00600895C779")
 
@@ -111,7 +111,7 @@ def test_garbage_hop_byte_and_a_40_round_trip_ping_pong_get_through(
         # bob's game announces itself before it listens; alice has sent nothing yet, so
         # that copy is held for her (unverified_budget) and her first packet verifies her.
         bob.announce()
-        # Garbage left in the transport-control byte by a DOS program (protocols.md 4.1).
+        # Garbage left in the transport-control byte by a DOS program (docs/protocols.md 4.1).
         alice.sock.sendto(packet(alice, ipx.BROADCAST_NODE, b"garbage tc", 0x5A), alice.server)
         got = receive_raw(bob)
         assert ipx.parse_header(got).hops == 1  # counted from 0: one trip through the bridge
@@ -160,7 +160,7 @@ def test_unknown_unicast_never_reaches_a_dosbox_client(net: Netns, workdir: Path
 
 
 class IpxWrapperHost:
-    """Stands in for a DirectPlay host behind IPXWrapper in DOSBox mode (protocols.md 6, 1.9).
+    """Stands in for a DirectPlay host behind IPXWrapper in DOSBox mode (docs/protocols.md 6, 1.9).
 
     Registers with packet type 2, never answers a ping, sends no keepalive, and says nothing
     until an EnumSessions arrives on the discovery socket; it answers that with a bare
@@ -174,7 +174,7 @@ class IpxWrapperHost:
         self.sock.settimeout(2.0)
         self.server = server
         registration = bytearray(ipx.build_registration())
-        registration[5] = 2  # IPXWrapper registers with type 2 (protocols.md 4, other facts)
+        registration[5] = 2  # IPXWrapper registers with type 2 (docs/protocols.md 4, other facts)
         self.sock.sendto(bytes(registration), server)
         reply, _ = self.sock.recvfrom(2048)
         self.node = ipx.parse_header(reply).dst_node
@@ -320,7 +320,7 @@ def test_with_the_defaults_a_silent_host_is_sent_nothing(net: Netns, workdir: Pa
 
 @pytest.mark.netns
 def test_spoofed_registrations_do_not_lock_real_players_out(net: Netns, workdir: Path) -> None:
-    # reliability.md R7: ~255 spoofed registrations used to fill max_clients (clients_full
+    # docs/reliability.md R7: ~255 spoofed registrations used to fill max_clients (clients_full
     # for every real player after them). Spoofed sources on c1's subnet, sent from a raw
     # socket; none of them answers a probe.
     box, c1, c2 = one_bridge(net)

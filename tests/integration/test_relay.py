@@ -262,7 +262,7 @@ def test_vpn_interface_recreated_relaying_resumes_within_2s(
                 pass
         assert seen_at is not None, b.log()
         assert seen_at <= 2.5, seen_at  # 2 s for the bridge, plus the tunnel's own handshake
-        # ENODEV must not stick (reliability.md item 6): a copy sent in the moment before the
+        # ENODEV must not stick (docs/reliability.md item 6): a copy sent in the moment before the
         # netlink event may fail once, but from now on every broadcast gets through.
         vpn_peer.settimeout(1.0)
         for i in range(5):

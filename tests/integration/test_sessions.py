@@ -140,7 +140,7 @@ def test_sessions_probe_without_a_bridge(net: Netns) -> None:
 
 @pytest.mark.netns
 def test_armada_lobby_state_reaches_sessions_json_and_text(net: Netns) -> None:
-    """protocols.md 1.6.1: Armada sends dwMaxPlayers 0 and no DirectPlay password flag; its
+    """docs/protocols.md 1.6.1: Armada sends dwMaxPlayers 0 and no DirectPlay password flag; its
     user fields say 6 players, password, map lake.bzn. DP8 MaxPlayers 0 means no limit."""
     box, host = net.add("box"), net.add("host")
     net.link(box, "lan", "10.59.0.1/24", host, "eth0", "10.59.0.20/24")

@@ -1,4 +1,4 @@
-"""tshark 4.0 as an independent decoder of the DirectPlay codec (protocols.md 9).
+"""tshark 4.0 as an independent decoder of the DirectPlay codec (docs/protocols.md 9).
 
 Two checks:
 
@@ -9,7 +9,7 @@ Two checks:
 * the shipped ``dplay_vectors.pcap`` is read by both tshark and our decoder and every field
   tshark shows must agree.
 
-Where tshark is not a trustworthy oracle (protocols.md 9, 4.4) the comparison is adapted:
+Where tshark is not a trustworthy oracle (docs/protocols.md 9, 4.4) the comparison is adapted:
 ``dplay`` GUIDs and the DP8 *query* GUID print in raw byte order (``UUID(bytes=wire)``);
 offsets are shown by ``dplay`` but not followed, so the unit tests check offsets; a bare
 (IPX) message shows the synthetic SP header the Lua shim prepends (size + 20, token 0xFAB,
@@ -158,7 +158,7 @@ def add(out: Fields, key: str, value: str) -> None:
 
 
 def render_header(header: SPHeader | None, length: int) -> Fields:
-    if header is None:  # the Lua shim's synthetic header (protocols.md 9, 4.3)
+    if header is None:  # the Lua shim's synthetic header (docs/protocols.md 9, 4.3)
         header = SPHeader(length + dp.SP_HEADER_LEN, dp.TOKEN_REMOTE, SockAddr(2, 0, "0.0.0.0"))
     return {
         "dplay.size": str(header.size),
@@ -596,7 +596,7 @@ def built_packets() -> tuple[list[Packet], list[object]]:
         payload=dp.build_enum_sessions_reply(reply, bare=True),
     )  # fmt: skip
     big = dp.build_enum_sessions_reply(EnumSessionsReply(desc, "x" * 199), sockaddr=CLIENT_TCP)
-    assert len(big) == 512  # starts 00 02: the DP4-before-DP8 trap (protocols.md 2.5)
+    assert len(big) == 512  # starts 00 02: the DP4-before-DP8 trap (docs/protocols.md 2.5)
 
     def udp(sport: int, dport: int, payload: bytes, dst: str = HOST) -> Packet:
         return Packet("udp", CLIENT, sport, dst, dport, payload)

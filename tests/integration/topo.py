@@ -24,7 +24,7 @@ UAPI_DIR = Path("/var/run/wireguard")
 
 
 class WireGuardGo:
-    """``wireguard-go -f NAME`` inside a namespace (testbed.md section 4).
+    """``wireguard-go -f NAME`` inside a namespace (docs/testbed.md section 4).
 
     The UAPI directory is shared by all namespaces, so the name carries the pid. Stop it with
     SIGTERM (not the SIGKILL of ``Netns.close``) so it removes its UAPI socket.

@@ -1,7 +1,7 @@
 """Userspace WireGuard (wireguard-go) between two test namespaces.
 
 The kernel here has no WireGuard module; wireguard-go is the real protocol in userspace
-(testbed.md). Interface names must be unique across namespaces because the UAPI sockets in
+(docs/testbed.md). Interface names must be unique across namespaces because the UAPI sockets in
 /var/run/wireguard/ are shared. Always start it with ``-f``.
 """
 

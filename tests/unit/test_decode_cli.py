@@ -54,7 +54,7 @@ def test_hex_dplay_reply_fields() -> None:
     assert dp["command_name"] == "EnumSessionsReply"
     assert (dp["session_name"], dp["current_players"]) == ("Armada LAN", 1)
     # Armada: the maximum comes from byte 73 (0x11 & 7 = 1), not dwMaxPlayers (8) - the
-    # vector's user words are placeholders (protocols.md 1.6.1)
+    # vector's user words are placeholders (docs/protocols.md 1.6.1)
     assert (dp["max_players"], dp["max_players_wire"]) == (1, 8)
     assert dp["flags"] == 0x44
 
@@ -66,7 +66,7 @@ def armada_reply_hex(user: tuple[int, int, int, int], flags: int = 0) -> str:
 
 
 def test_armada_user_fields_in_decode_json() -> None:
-    """protocols.md 1.6.1: the lobby keys decoded from dwUser1..4, the raw bytes kept."""
+    """docs/protocols.md 1.6.1: the lobby keys decoded from dwUser1..4, the raw bytes kept."""
     user = armada_user(players=5, flags=0x04 | 0x20, map_name=b"lake.bzn")
     (item,) = decode_hex(armada_reply_hex(user), GAMES)
     dp = item["directplay"]

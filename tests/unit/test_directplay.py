@@ -1,7 +1,7 @@
 """DirectPlay codec: the shared vectors decode to their documented fields and re-encode
 byte-exact; classification (the 512/768-byte trap); builders; stream framing; error reasons.
 
-Vectors: ``tests/unit/vectors/vectors.txt`` (a copy of shared/vectors, protocols.md 9, 4.2).
+Vectors: ``tests/unit/vectors/vectors.txt`` (a copy of shared/vectors, docs/protocols.md 9, 4.2).
 """
 
 import dataclasses
@@ -34,7 +34,7 @@ from ipxbridge.wire.directplay import (
 from tests.unit.vectors import Vector, load_vectors
 
 VECTORS: Final = load_vectors()
-ARMADA: Final = uuid.UUID("76F93801-9340-11D2-AE34-00600895C779")  # protocols.md 8
+ARMADA: Final = uuid.UUID("76F93801-9340-11D2-AE34-00600895C779")  # docs/protocols.md 8
 # [MC-DPL4CS] 4.1 sample: the wire bytes a0 52 a5 0b ff e0 cf 11 ... read as a Windows GUID.
 SAMPLE_APP: Final = uuid.UUID("0BA552A0-E0FF-11CF-9C4E-00A0C905425E")
 DP8_APP: Final = uuid.UUID("01234567-89AB-4CDE-8F01-23456789ABCD")
@@ -77,7 +77,7 @@ def test_a2_enum_sessions_with_password_from_the_spec_sample() -> None:
     assert msg.header is not None
     assert msg.header.size == 70
     assert msg.parsed == EnumSessions(SAMPLE_APP, dp.ENUM_SESSIONS_ALL, "Password")
-    # PasswordOffset 32 counted from 'play' = absolute byte 52 (protocols.md 1.2 trap).
+    # PasswordOffset 32 counted from 'play' = absolute byte 52 (docs/protocols.md 1.2 trap).
     assert VECTORS["a2"].data[44:48] == (32).to_bytes(4, "little")
     assert VECTORS["a2"].data[52:54] == "P".encode("utf-16-le")
     rebuilt = dp.build_enum_sessions(msg.parsed, sockaddr=CLIENT_2300)
@@ -246,7 +246,7 @@ def reply_of_size(total: int) -> bytes:
 
 @pytest.mark.parametrize(("total", "lead"), [(512, b"\x00\x02"), (768, b"\x00\x03")])
 def test_512_and_768_byte_dp4_messages_are_not_dp8(total: int, lead: bytes) -> None:
-    """protocols.md 2.5: the little-endian size makes these start like DP8 enumeration."""
+    """docs/protocols.md 2.5: the little-endian size makes these start like DP8 enumeration."""
     data = reply_of_size(total)
     assert data[:4] == lead + b"\xb0\xfa"
     assert data[0] == 0  # what the DP8 test alone would accept ...
@@ -407,7 +407,7 @@ def test_packet_fragment_round_trip_and_position() -> None:
     inner = dp.build_enum_sessions(EnumSessions(ARMADA, 1, None), bare=True)
     frag = PacketFragment(0x15, uuid.UUID(int=7), 0, len(inner), 0, 1, len(inner), 48, inner)
     data = dp.build_packet_fragment(frag, sockaddr=CLIENT_2300)
-    assert data[68:72] == b"play"  # Wireshark's fixed inner position (protocols.md 1.7)
+    assert data[68:72] == b"play"  # Wireshark's fixed inner position (docs/protocols.md 1.7)
     msg = dp.parse_dplay(data)
     assert isinstance(msg, DP4Message)
     assert (msg.command_name, msg.parsed) == ("Packet", frag)
@@ -789,7 +789,7 @@ def test_dp8_frame_names_beyond_the_vectors() -> None:
 
 
 def test_dp8_reply_offset_zero_with_a_response_size_has_no_reply() -> None:
-    """protocols.md 2.3: ReplyOffset 0 = no reply data, whatever ResponseSize says."""
+    """docs/protocols.md 2.3: ReplyOffset 0 = no reply data, whatever ResponseSize says."""
     data = bytearray(VECTORS["d3"].data)
     data[4:12] = (0).to_bytes(4, "little") + (6).to_bytes(4, "little")
     msg = dp.parse_dplay(bytes(data))

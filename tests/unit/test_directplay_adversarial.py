@@ -5,7 +5,7 @@ prefix of the vectors is parsed (truncation at each byte).
 
 ``min`` is the smallest legal value of the field (the end of the fixed part for an offset),
 ``len`` the length the field can reach in the buffer. Offsets count from ``play`` in DP4 and
-from byte 4 in a DP8 EnumResponse (protocols.md 1.2, 2.3).
+from byte 4 in a DP8 EnumResponse (docs/protocols.md 1.2, 2.3).
 """
 
 import uuid
@@ -168,7 +168,7 @@ FIELDS: Final = [
     # size 0 means "absent", whatever the offset says
     Field("dp8_response.reply_offset(size 0)", D3, 4, 88, 114, dp.parse_dp8_enum_response,
           dict.fromkeys(LABELS, OK)),
-    # ReplyOffset 0 means no reply whatever ResponseSize says (protocols.md 2.3; issue 8)
+    # ReplyOffset 0 means no reply whatever ResponseSize says (docs/protocols.md 2.3; issue 8)
     Field("dp8_response.reply_size(offset 0)", D3, 8, 0, 26, dp.parse_dp8_enum_response,
           dict.fromkeys(values(0, 26), OK)),
     Field("dp8_response.reply_size(offset 88)", with_reply_offset(88), 8, 0, 26,

@@ -1,4 +1,5 @@
-"""Game-defined user fields (``wire.dplay_user``): Star Trek: Armada's layout, protocols.md 1.6.1.
+"""Game-defined user fields (``wire.dplay_user``): Star Trek: Armada's layout, docs/protocols.md
+1.6.1.
 
 Bit numbering as decided there: bit 1 is the least significant bit. So byte 73 (from ``play``)
 & 0x07 is the maximum (0 means 8), and byte 74 carries head-to-head 0x02, password 0x04,

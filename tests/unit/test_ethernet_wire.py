@@ -1,4 +1,5 @@
-"""Byte tables for native IPX in Ethernet frames (issue 13; protocols.md 3.1), with scapy as oracle.
+"""Byte tables for native IPX in Ethernet frames (issue 13; docs/protocols.md 3.1), with scapy as
+oracle.
 
 The frames below are written by hand from the framings' definitions (IEEE 802.3 length/type,
 LLC E0 E0 03, SNAP AA AA 03 00 00 00 81 37, Novell raw 802.3), not produced by the codec.
@@ -24,7 +25,7 @@ def hx(text: str) -> bytes:
 
 DST = hx("FFFFFFFFFFFF")
 SRC = hx("00A0C9123456")
-# protocols.md 4.4: IPXTEST.COM broadcast (51 bytes: 30-byte header and 21 bytes of data).
+# docs/protocols.md 4.4: IPXTEST.COM broadcast (51 bytes: 30-byte header and 21 bytes of data).
 IPX_PACKET = (
     hx("FFFF 0033 00 04 | 00000000 FFFFFFFFFFFF 4545 | 00000000 00A0C9123456 4545")
     + b"IPXTEST 1 from DOSBox"

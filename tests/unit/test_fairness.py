@@ -1,4 +1,4 @@
-"""Per-source fairness on the relay's receive path (policy/fairness.py, reliability.md R13):
+"""Per-source fairness on the relay's receive path (policy/fairness.py, docs/reliability.md R13):
 the pure queue, then the receive loop on real loopback sockets."""
 
 import asyncio

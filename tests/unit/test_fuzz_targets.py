@@ -1,6 +1,6 @@
 """Every fuzz target (tests/fuzz/targets.py) on its seeds plus deterministic mutations.
 
-The long runs use atheris (tests/fuzz/fuzz.py, reliability.md R1); this keeps the targets
+The long runs use atheris (tests/fuzz/fuzz.py, docs/reliability.md R1); this keeps the targets
 honest in CI, and the planted-bug tests show that each kind of property can fail.
 """
 

@@ -1,4 +1,4 @@
-"""Byte tables for the IPX codec and the DOSBox control packets (protocols.md 3 and 4)."""
+"""Byte tables for the IPX codec and the DOSBox control packets (docs/protocols.md 3 and 4)."""
 
 import pytest
 from hypothesis import given
@@ -12,7 +12,7 @@ def hx(text: str) -> bytes:
     return bytes.fromhex(text.replace(" ", "").replace("|", ""))
 
 
-# protocols.md 4.4: IPXTEST.COM broadcast captured from DOSBox 0.74 (UDP length 59 = 51 + 8).
+# docs/protocols.md 4.4: IPXTEST.COM broadcast captured from DOSBox 0.74 (UDP length 59 = 51 + 8).
 DOSBOX_BROADCAST = (
     hx("FFFF 0033 00 04 | 00000000 FFFFFFFFFFFF 4545 | 00000000 02A531F6587D 4545")
     + b"IPXTEST 1 from DOSBox"
@@ -55,7 +55,7 @@ def test_build_is_inverse_of_parse() -> None:
         (b"", "truncated"),
         (b"\xff" * 29, "truncated"),
         (b"\x00\x00" + DOSBOX_BROADCAST[2:], "bad_checksum"),
-        # ipxbox's keepalive has checksum and length 0 (protocols.md 4.6)
+        # ipxbox's keepalive has checksum and length 0 (docs/protocols.md 4.6)
         (
             hx("0000 0000 00 00 | 00000000 FFFFFFFFFFFF 0002 | 00000000 02FFFFFF0000 0000"),
             "bad_checksum",
@@ -99,7 +99,7 @@ def test_largest_udp_datagram_accepted_and_one_more_refused() -> None:
 
 
 def test_registration_bytes() -> None:
-    # protocols.md 4.2: FFFF 001E 00 xx | 0 node0 0002 | 0 node0 0002
+    # docs/protocols.md 4.2: FFFF 001E 00 xx | 0 node0 0002 | 0 node0 0002
     assert ipx.build_registration() == hx(
         "FFFF 001E 00 00 | 00000000 000000000000 0002 | 00000000 000000000000 0002"
     )
@@ -162,7 +162,7 @@ def test_coalesced_flag() -> None:
 
 @pytest.mark.parametrize("hops", [0, 15, 16, 0x5A, 0xFF])
 def test_hop_byte_is_decoded_not_judged(hops: int) -> None:
-    # DOSBox leaves in this byte whatever the DOS program put there (protocols.md 4.1);
+    # DOSBox leaves in this byte whatever the DOS program put there (docs/protocols.md 4.1);
     # the hop limit is the switch's routing rule, not a wire-format error.
     data = DOSBOX_BROADCAST[:4] + bytes([hops]) + DOSBOX_BROADCAST[5:]
     assert ipx.parse_header(data).hops == hops

@@ -1,4 +1,4 @@
-"""Byte tables and properties for IPXWrapper's UDP encapsulation (protocols.md section 6)."""
+"""Byte tables and properties for IPXWrapper's UDP encapsulation (docs/protocols.md section 6)."""
 
 import pytest
 from hypothesis import given, settings
@@ -19,10 +19,10 @@ def hx(text: str) -> bytes:
     return bytes.fromhex(text.replace(" ", "").replace("|", ""))
 
 
-# protocols.md 6, ``struct ipx_packet``: ptype | dst net node sock | src net node sock | size.
+# docs/protocols.md 6, ``struct ipx_packet``: ptype | dst net node sock | src net node sock | size.
 # A DirectPlay EnumSessions-style broadcast to socket 0xA57F carrying "play" (4 data bytes).
 BROADCAST = hx("04 | 00000000 FFFFFFFFFFFF A57F | 0A000005 0A0000050001 4001 | 0004 | 706C6179")
-# The same packet as a standard IPX packet (protocols.md 3.1): checksum FFFF, length 34,
+# The same packet as a standard IPX packet (docs/protocols.md 3.1): checksum FFFF, length 34,
 # transport control 0, then type and the two addresses in Novell's order.
 BROADCAST_AS_IPX = hx(
     "FFFF 0022 00 04 | 00000000 FFFFFFFFFFFF A57F | 0A000005 0A0000050001 4001 | 706C6179"

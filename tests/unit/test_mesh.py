@@ -1,7 +1,7 @@
 """Several bridges wired back to back in memory (aioquic ``roundtrip`` style), no sockets.
 
 Checks loop behaviour on a full mesh of bridges, where "broadcast to all but the ingress"
-would otherwise circulate for ever (reliability.md L9, R5).
+would otherwise circulate for ever (docs/reliability.md L9, R5).
 """
 
 from collections import Counter, deque

@@ -1,4 +1,5 @@
-"""Bounded reassembly (reliability.md R4): budgets hold under a flood; real messages complete."""
+"""Bounded reassembly (docs/reliability.md R4): budgets hold under a flood; real messages
+complete."""
 
 import uuid
 

@@ -315,7 +315,7 @@ def test_nft_ruleset_copies_and_loop_guard() -> None:
     assert script.count("ip dscp set 0 ip daddr set 255.255.255.255") == 3
 
 
-# --- hostile sources (issue 11 items 2, 3, 7; reliability.md R7, R9) -----------------------
+# --- hostile sources (issue 11 items 2, 3, 7; docs/reliability.md R7, R9) -----------------------
 
 
 @pytest.mark.parametrize("mode", list(SourceMode))

@@ -506,7 +506,7 @@ def test_ipxwrapper_links_are_learned_only_from_datagrams_the_switch_accepted(
         wrapper.sources = SourceIndex((plan,), PortKind.IPXWRAPPER)
 
         def ipxwrapper(src: bytes, payload: bytes) -> bytes:
-            # protocols.md 6: type, dst net/node/socket, src net/node/socket, data size.
+            # docs/protocols.md 6: type, dst net/node/socket, src net/node/socket, data size.
             return (
                 b"\x00" + bytes(4) + ipx.BROADCAST_NODE + GAME_SOCKET.to_bytes(2, "big")
                 + bytes(4) + src + GAME_SOCKET.to_bytes(2, "big")

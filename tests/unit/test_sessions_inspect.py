@@ -170,7 +170,7 @@ def test_fragmented_reply_is_reassembled_then_listed() -> None:
     assert ins.messages[(4, "Packet")] == 2
 
 
-# --- lobby state: Star Trek: Armada's user fields (protocols.md 1.6.1) and DirectPlay flags ---
+# --- lobby state: Star Trek: Armada's user fields (docs/protocols.md 1.6.1), DirectPlay flags
 
 WALL = 1_800_000_000.0
 

@@ -45,7 +45,7 @@ def register(sw: IpxSwitch, addr: Address, now: float = 0.0) -> bytes:
 
 
 def verify(sw: IpxSwitch, addr: Address, now: float = 0.0) -> None:
-    """Answer the client's probe as DOSBox does: a unicast to the pinger's node (protocols.md
+    """Answer the client's probe as DOSBox does: a unicast to the pinger's node (docs/protocols.md
     4.5), which for an unverified client is its nonce (policy/switch.py rule 2). Used where
     a probe went out: with a base budget, or once the client earned one."""
     reply = ipx.build_ping_reply(sw.clients[addr].nonce, sw.clients[addr].node)
@@ -162,7 +162,7 @@ def test_broadcast_goes_to_all_but_ingress_with_hop_incremented() -> None:
 
 def test_dosbox_client_hop_byte_is_taken_as_zero() -> None:
     # DOSBox never writes transport control: it carries whatever the DOS program left in
-    # its buffer (protocols.md 4.1). 0x5A is such garbage; the old switch dropped it.
+    # its buffer (docs/protocols.md 4.1). 0x5A is such garbage; the old switch dropped it.
     sw = make((PEER,))
     join(sw, A)
     join(sw, B)
@@ -177,7 +177,7 @@ def test_dosbox_client_hop_byte_is_taken_as_zero() -> None:
 
 def test_ping_pong_of_40_round_trips_between_two_clients() -> None:
     # A game answering from its receive buffer sends back the hop count it received, so the
-    # byte climbs by one per trip through the bridge (protocols.md 4.1). Each client here
+    # byte climbs by one per trip through the bridge (docs/protocols.md 4.1). Each client here
     # copies the received byte into its answer, as such a DOS program does.
     sw = make()
     join(sw, A)
@@ -213,7 +213,7 @@ def test_unicast_goes_to_owner_only() -> None:
 
 
 def test_unknown_unicast_never_reaches_dosbox_clients() -> None:
-    # A DOSBox client does not check the destination node (protocols.md 4.4): a flooded
+    # A DOSBox client does not check the destination node (docs/protocols.md 4.4): a flooded
     # unicast would reach each game as if addressed to it. DOSBox's own server drops it.
     sw = make()
     for addr in (A, B, C):
@@ -296,7 +296,7 @@ def test_keepalive_to_idle_clients_and_reply_consumed() -> None:
 
 
 def test_silent_client_gets_bounded_probes_and_stays_until_idle_timeout() -> None:
-    # IPXWrapper never answers socket-2 pings and sends no keepalive (protocols.md 6): it
+    # IPXWrapper never answers socket-2 pings and sends no keepalive (docs/protocols.md 6): it
     # must stay registered (the old switch dropped it after 3 probes, ~20 s). With no base
     # budget (the default) it is not probed at all: a probe would be more than it sent.
     for budget, probes in (({}, 0), (BASE_BUDGET, 3)):
@@ -328,7 +328,7 @@ def test_a_client_earns_its_probe_with_what_it_sends() -> None:
 
 def test_silent_dplay_host_answers_an_enumeration_60_s_after_registering() -> None:
     # Stands in for a DirectPlay host behind IPXWrapper: registers, never answers the
-    # keepalives, then answers the EnumSessions it receives 60 s later (protocols.md 1.9, 6).
+    # keepalives, then answers the EnumSessions it receives 60 s later (docs/protocols.md 1.9, 6).
     # Only a base budget gets the enumeration to it (the defaults send it nothing); its
     # answer carries its keyed node, which verifies it.
     sw = make(keepalive_interval=5.0, **BASE_BUDGET)
@@ -598,7 +598,7 @@ def test_narrowing_clients_allow_on_reload_drops_clients_outside_it() -> None:
     assert (d.outcome, d.detail) == (Outcome.DROPPED, "no_destination")
 
 
-# --- issue 11 item 1: spoofed DOSBox sources (reliability.md R7) ------------------------------
+# --- spoofed DOSBox sources (docs/reliability.md R7) -----------------------------------
 
 
 def test_a_spoofed_rejoin_with_address_nodes_stays_unverified_until_the_nonce_comes_back() -> None:

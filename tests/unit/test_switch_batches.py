@@ -2,7 +2,7 @@
 
 A batch is unpacked where it enters the switch, from a DOSBox-protocol client, an RFC 1234
 peer or a segment, and each packet in it is switched as a lone packet from that port would
-be. The batches here are written with ``struct`` from protocols.md 6, not with the bridge's
+be. The batches here are written with ``struct`` from docs/protocols.md 6, not with the bridge's
 codec: an outer IPX header with source socket 0 and packet type 2 whose data is complete IPX
 packets (30-byte header, checksum 0xFFFF, Length = header + data) one after the other, at
 most 1384 bytes of them. The books are checked through ``IpxEndpoint`` on real loopback
@@ -36,7 +36,7 @@ from ipxbridge.policy.switch import (
 from ipxbridge.wire.errors import WIRE_REASONS
 from tests.unit.test_switch import NODE_FOR, SERVER_NODE, node, register, verify
 
-# protocols.md 3.1: checksum, length, transport control, type, dst net/node/socket,
+# docs/protocols.md 3.1: checksum, length, transport control, type, dst net/node/socket,
 # src net/node/socket; big-endian.
 HEADER = struct.Struct("!HHBB4s6sH4s6sH")
 BROADCAST = b"\xff" * 6
@@ -75,7 +75,7 @@ def raw(
 
 
 def batch(src: bytes, inner: list[bytes], dst: bytes = BROADCAST) -> bytes:
-    """A coalesced batch as IPXWrapper sends it (protocols.md 6): source socket 0, type 2."""
+    """A coalesced batch as IPXWrapper sends it (docs/protocols.md 6): source socket 0, type 2."""
     return raw(dst, src, b"".join(inner), sock=0, ptype=2)
 
 

@@ -2,7 +2,7 @@
 
 Each bridge has an Ethernet port and an IPXWrapper port on the same LAN, so everything one
 puts on either segment the other reads (one broadcast domain), and they may be peered. The
-IPXWrapper encapsulation has no hop count (protocols.md 6): a copy that crosses it starts
+IPXWrapper encapsulation has no hop count (docs/protocols.md 6): a copy that crosses it starts
 again at 0, which is how two bridges with both kinds once kept a single datagram going for
 ever. Here the wire is simulated with a bounded queue: every copy a bridge sends to a
 segment is delivered to the other bridge's port of the same kind (and an IPXWrapper copy is

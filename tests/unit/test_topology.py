@@ -101,7 +101,7 @@ TOPO = Topology(
 )
 
 
-# --- broadcast computation (reliability.md item 8) -------------------------------------
+# --- broadcast computation (docs/reliability.md item 8) -------------------------------------
 
 
 @pytest.mark.parametrize(

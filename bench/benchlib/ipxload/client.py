@@ -157,7 +157,7 @@ class Station:
         self.pings_answered = 0
 
     def frame_parts(self, _dst_node: bytes, _ipx_len: int) -> tuple[bytes, bytes]:
-        """The UDP payload is the bare IPX packet (protocols.md section 4.1)."""
+        """The UDP payload is the bare IPX packet (docs/protocols.md section 4.1)."""
         return b"", b""
 
     def recv_ipx(self) -> bytes:

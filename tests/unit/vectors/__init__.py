@@ -2,7 +2,7 @@
 
 ``vectors.txt`` is a commented hex dump: a ``## name  description (N bytes)`` line, then
 ``OOOO  xx xx ...`` rows. ``dplay_vectors.pcap`` holds the same frames inside Ethernet/IPv4
-(protocols.md 9, 4.2); ``dplay_over_ipx.lua`` lets tshark decode DirectPlay inside IPX.
+(docs/protocols.md 9, 4.2); ``dplay_over_ipx.lua`` lets tshark decode DirectPlay inside IPX.
 
 Two pcapng files, made by Wireshark 4.0's tools (``tests/integration/test_pcapng.py`` makes
 them again and checks they decode alike):
