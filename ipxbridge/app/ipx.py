@@ -203,6 +203,7 @@ class IpxService:
             beacon_key=key,
             beacon_clock=_wall_ms,
             evictions=self.counters.table_evictions,
+            forgiven=self.counters.forgiven,
             node_for=node_for,
         )
         self.endpoint = IpxEndpoint(

@@ -81,7 +81,7 @@ from ipxbridge.wire.ethernet import (
     max_ipx_len,
     parse_frame,
 )
-from ipxbridge.wire.ipx import BROADCAST_NODE
+from ipxbridge.wire.ipx import ALL_NETS, BROADCAST_NODE, with_dst_net
 from ipxbridge.wire.ipxwrapper import (
     IPXWRAPPER_UDP_PORT,
     build_ipxwrapper,
@@ -105,6 +105,7 @@ FRAME_BUFSIZE: Final = 0xFFFF  # the largest frame or datagram read
 READS_PER_WAKEUP: Final = 128  # bounded, so the other ports and the timers get their turn
 SOCKET_BUFFER: Final = 4 << 20
 MAX_LINKS: Final = 4_096  # learned node -> UDP address, per port
+ADDR_CACHE_TTL: Final = 30.0  # IPXWrapper's own address cache life (docs/protocols.md 6)
 RFC1234_HOST: Final = b"\x00\x00"  # RFC 1234 host number: 00 00 + the host's IPv4
 
 
@@ -424,7 +425,7 @@ class _UdpPort:
         # A link outside the subnet and peers is from an old plan: the source index of the
         # new one would not take a datagram from there either.
         sources = SourceIndex((plan,), self.kind)
-        self.links.keep(lambda ip: sources(ip) is not None)
+        self._forget(lambda ip: sources(ip) is not None)
         self._peers = frozenset(plan.peers)
         self._flood: tuple[tuple[str, int], ...] = ()
         if plan.role == "lan":
@@ -433,6 +434,10 @@ class _UdpPort:
         else:
             self._flood = tuple((peer, self._port) for peer in plan.peers)
         self._ancillary = _pktinfo(plan.index, plan.address) if self._pktinfo else []
+
+    def _forget(self, inside: Callable[[str], bool]) -> None:
+        """Forget every link whose address ``inside`` refuses."""
+        self.links.keep(inside)
 
     def _destinations(self, dst_node: bytes) -> Sequence[tuple[str, int]]:
         """Where a copy to ``dst_node`` goes: where the node was heard, else the flood."""
@@ -479,13 +484,73 @@ class Rfc1234Port(_UdpPort):
 
 
 class IpxWrapperPort(_UdpPort):
-    """IPXWrapper hosts on one interface (their own UDP encapsulation)."""
+    """IPXWrapper hosts on one interface (their own UDP encapsulation).
+
+    Every IPXWrapper program on a PC has the PC's node, but each program sends from its own
+    UDP port (docs/protocols.md 6, "Native mode, addresses"), and programs come and go. So a
+    unicast goes where its destination *socket* was last heard from, as IPXWrapper's own
+    address cache does it: keyed by node and socket, for ``ADDR_CACHE_TTL``; otherwise to the
+    subnet broadcast on 54792 (or the p2p peers), where the PC's listener hands it to the
+    program that has the socket. A program that exits stops being heard, and within
+    ``ADDR_CACHE_TTL`` its socket goes back to the broadcast: never a black hole for the node.
+    The key leaves the network out: the bridge is one network (switch rule 10).
+
+    Destination networks (switch rule 10): a host delivers only its own network or FFFFFFFF,
+    so a broadcast goes to FFFFFFFF and a unicast to the network its socket was heard with
+    (FFFFFFFF when it was not).
+    """
 
     kind = PortKind.IPXWRAPPER
 
+    def __init__(
+        self,
+        plan: PortPlan,
+        sock: DatagramSocket,
+        port: int,
+        counters: IpxCounters,
+        clock: Callable[[], float],
+    ) -> None:
+        self._clock = clock
+        # (node, socket) -> (ip:port, its network), for the unicasts (class docstring)
+        self.sockets: ProvenTable[bytes, tuple[tuple[str, int], bytes]] = ProvenTable(
+            MAX_LINKS, "ipxwrapper_sockets", counters.table_evictions
+        )
+        super().__init__(plan, sock, port, counters)
+
+    def heard(self, packet: bytes | memoryview, addr: tuple[str, int], now: float) -> None:
+        """A packet the switch took from ``addr``: where its node and socket live."""
+        self.links.learn(bytes(packet[22:28]), addr, now)  # source node, docs/protocols.md 3.1
+        self.sockets.learn(bytes(packet[22:30]), (addr, bytes(packet[18:22])), now)
+
     def send(self, packet: bytes, dst_node: bytes) -> None:
         """Send one IPX packet as IPXWrapper's 27-byte-header datagram."""
-        self._send_datagram(build_ipxwrapper(ipx_to_ipxwrapper(packet)), dst_node)
+        if dst_node == BROADCAST_NODE:
+            self._send_to(with_dst_net(packet, ALL_NETS), self._flood)
+            return
+        known = self.sockets.get(packet[10:18])  # destination node and socket
+        if known is not None and self._clock() - known[1] <= ADDR_CACHE_TTL:
+            addr, net = known[0]
+            self._send_to(with_dst_net(packet, net), (addr,))
+        else:
+            self._send_to(with_dst_net(packet, ALL_NETS), self._flood)
+
+    def _send_to(self, packet: bytes, destinations: Sequence[tuple[str, int]]) -> None:
+        payload = build_ipxwrapper(ipx_to_ipxwrapper(packet))
+        counters = self._counters
+        for dst in destinations:
+            try:
+                self._sock.sendmsg([payload], self._ancillary, 0, dst)
+            except OSError as exc:
+                _count_error(counters, exc)
+            else:
+                counters.port_copies[self.label] += 1
+                counters.bytes_sent += len(payload)
+
+    def _forget(self, inside: Callable[[str], bool]) -> None:
+        super()._forget(inside)
+        for key, (addr, _), _ in list(self.sockets.items()):
+            if not inside(addr[0]):
+                self.sockets.pop(key)
 
 
 class IpxWrapperSocket:
@@ -525,7 +590,7 @@ class IpxWrapperSocket:
 
     def port_for(self, plan: PortPlan, counters: IpxCounters) -> IpxWrapperPort:
         """The send side of one IPXWrapper port on this socket."""
-        port = IpxWrapperPort(plan, self.sock, self.port, counters)
+        port = IpxWrapperPort(plan, self.sock, self.port, counters, self._sink.now)
         self.ports[plan.segment] = port
         return port
 
@@ -567,9 +632,9 @@ class IpxWrapperSocket:
                     # From its packets as from lone ones; its own header is checked by nobody.
                     for inner, one in decision.inner:
                         if accepted(one):
-                            port.links.learn(inner[22:28], addr, now)
+                            port.heard(inner, addr, now)
                 elif accepted(decision):
-                    port.links.learn(packet[22:28], addr, now)
+                    port.heard(packet, addr, now)
             except Exception as exc:  # noqa: BLE001 - a bug must cost one datagram, not the reader
                 sink.fault(label, len(data), exc, booked=decision is not None)
 

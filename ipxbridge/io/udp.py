@@ -161,13 +161,18 @@ class IpxEndpoint:
     def _send(self, packet: bytes, addr: Port) -> None:
         self._send_many(packet, (addr,))
 
-    def _send_many(self, packet: bytes, targets: tuple[Port, ...]) -> None:
+    def _send_many(
+        self, packet: bytes, targets: tuple[Port, ...], client_packet: bytes | None = None
+    ) -> None:
         """One ``sendto`` per copy (the floor: ~60% of forwarding time); counted once.
 
         A segment target goes to its port, which counts its own copies (frames per framing,
-        datagrams per peer).
+        datagrams per peer). ``client_packet``: what DOSBox-protocol clients get instead
+        (policy/switch.py rule 10).
         """
         sendto = self._sock.sendto
+        clients = self.switch.clients if client_packet is not None else None
+        alt = client_packet or packet
         sent = 0
         for addr in targets:
             if isinstance(addr, Segment):
@@ -176,7 +181,10 @@ class IpxEndpoint:
                     port.send(packet, packet[10:16])  # destination node, docs/protocols.md 3.1
                 continue
             try:
-                sendto(packet, addr)
+                if clients is not None and addr in clients:
+                    sendto(alt, addr)
+                else:
+                    sendto(packet, addr)
             except BlockingIOError:
                 self.counters.send_errors["EAGAIN"] += 1
             except OSError as exc:
@@ -315,7 +323,7 @@ class IpxEndpoint:
             counters.port_outcomes[(*label, "forwarded", "")] += 1
             packet = decision.packet
             assert packet is not None  # noqa: S101 - invariant of Outcome.FORWARDED
-            self._send_many(packet, decision.targets)
+            self._send_many(packet, decision.targets, decision.client_packet)
             if decision.held:
                 counters.held_unverified += decision.held
             if decision.repeats:

@@ -27,6 +27,7 @@ class IpxCounters:
         "copies_dropped",
         "copies_sent",
         "dropped",
+        "forgiven",
         "forward_kinds",
         "forwarded",
         "held_repeat",
@@ -68,6 +69,9 @@ class IpxCounters:
         # Entries pushed out of a bounded table, by (table, reason): learned nodes, framings,
         # bridges heard on a segment, port links (policy/tables.py).
         self.table_evictions: Counter[tuple[str, str]] = Counter()
+        # Packets taken that the strict spec refuses, by (kind, interface, reason): ipxbox's
+        # checksum 0x0000 and transport-control mark 127 (wire/ipx.forgiven).
+        self.forgiven: Counter[tuple[str, str, str]] = Counter()
 
     @property
     def dropped_total(self) -> int:

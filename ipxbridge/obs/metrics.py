@@ -414,6 +414,16 @@ def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
     for (table, reason), n in sorted(counters.table_evictions.items()):
         evicted.add_metric([table, reason], n)
     yield evicted
+    forgiven = CounterMetricFamily(
+        "ipxbridge_ipx_forgiven",
+        "Packets from an interface port taken although the strict IPX spec refuses them, by"
+        " reason: checksum_zero (checksum 0x0000, not 0xFFFF), ipxbox_mark (that and transport"
+        " control 127, as ipxbox writes on every frame it bridges; taken as hop 0).",
+        labels=["kind", "interface", "reason"],
+    )
+    for (kind, iface, reason), n in sorted(counters.forgiven.items()):
+        forgiven.add_metric([kind, iface, reason], n)
+    yield forgiven
     up = GaugeMetricFamily(
         "ipxbridge_ipx_port_up",
         "1 for an open interface port, 0 for one selected that could not be opened.",

@@ -124,12 +124,34 @@ has no hop field. The I/O layer turns a segment target into frames or datagrams.
    Ethernet segment in different framings, are duplicates (rule 6). Two bridges on one
    segment that neither share a key nor are peers cannot confirm each other: both forward,
    and stations get two copies; rule 9 keeps that from becoming a loop.
-9. The loop bound that holds when every other rule is fooled: a packet (bytes 5.. of it, as
+9. The loop bound that holds when every other rule is fooled: a packet (bytes 10.. of it, as
    rule 6 names it) leaves by a given port at most once per ``EGRESS_WINDOW``, however it
    came in (``tables.EgressGuard``). IPXWrapper's header has no hop count, so a copy that
    crosses it starts again at hop 0 and returns on the port its first copy came in on like
    a game repeating itself, which rule 6 passes; it still cannot go out again. Copies left
    out are counted (``Decision.repeats``); with none left the packet is ``egress_repeat``.
+10. One IPX network, whatever numbers the stations use. Every port is one network to the
+   switch: a broadcast reaches every station whatever network it was addressed to, and a
+   unicast goes by node alone. The destination network is rewritten only where a receiver
+   would otherwise refuse the packet (docs/protocols.md 6, "Native mode, addresses"):
+
+   * DOSBox-protocol clients are on network 00000000, the one our registration reply gives
+     them. DOSBox itself ignores the destination network, but IPXWrapper in DOSBox mode
+     delivers only its own network or FFFFFFFF, so a packet addressed to another network
+     reaches clients as 00000000 (``Decision.client_packet``).
+   * IPXWrapper's native UDP: each host has its own configured network (00000001 by
+     default) and delivers only that or FFFFFFFF. Its port (``io/segments.IpxWrapperPort``)
+     sends broadcasts to FFFFFFFF and unicasts to the network the receiving socket was
+     heard with, or FFFFFFFF when it was not heard.
+   * Native Ethernet stations, RFC 1234 hosts and peers get the packet as it came: native
+     stacks use the numbers of their LAN, and a peer bridge rewrites toward its own stations.
+
+   The duplicate identity (rules 6 and 9) leaves the destination network out, so a rewritten
+   copy that comes back is still known.
+11. Packets from a LAN are taken as the programs on it write them. ipxbox writes checksum
+   0x0000 and transport control 127 on every frame it bridges (docs/protocols.md 3.8): such a
+   packet is taken with checksum 0xFFFF and hop 0, and counted (``forgiven``, by reason).
+   Other checksums are refused as the strict spec says (``bad_checksum``).
 
 Learned nodes (rule 6) and the bridges heard per segment live in bounded tables that a flood
 of new source nodes cannot use against real stations (``tables.ProvenTable``): a node heard
@@ -151,6 +173,7 @@ from ipxbridge.policy.dedup import DuplicateFilter
 from ipxbridge.policy.tables import EgressGuard, ProvenTable
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ipx import (
+    ALL_NETS,
     BROADCAST_NODE,
     DEFAULT_FILTERED_SOCKETS,
     HEADER_LEN,
@@ -159,6 +182,7 @@ from ipxbridge.wire.ipx import (
     MAX_HOPS,
     SOCKET_BEACON,
     TAG_LEN,
+    ZERO_NET,
     ZERO_NODE,
     IpxHeader,
     build_beacon,
@@ -167,16 +191,20 @@ from ipxbridge.wire.ipx import (
     build_ping_reply,
     build_registration_reply,
     dosbox_node,
+    forgiven,
     is_beacon,
     keyed_node,
     parse_beacon,
     parse_header,
     rfc1234_node,
+    with_dst_net,
     with_hops,
 )
 from ipxbridge.wire.ipxwrapper import CoalescedError, unpack_coalesced
 
 Address = tuple[str, int]
+_NO_CHECKSUM: Final = b"\xff\xff"
+_CLIENT_NETS: Final = frozenset((ZERO_NET, ALL_NETS))  # networks clients deliver (rule 10)
 
 
 class PortKind(StrEnum):
@@ -260,6 +288,8 @@ class Decision:
         header: the IPX header, for packets that were forwarded or delivered to the bridge
             itself (the DirectPlay inspector looks at their data).
         inner: for a batch, each packet in it with its own decision, in order (rule 1).
+        client_packet: when set, the copy of ``packet`` for the DOSBox-protocol clients among
+            ``targets``, addressed to their network (rule 10).
     """
 
     outcome: Outcome
@@ -271,6 +301,7 @@ class Decision:
     held: int = 0  # copies not sent: unverified clients over their budget (rule 2)
     repeats: int = 0  # copies not sent: the port had this packet within EGRESS_WINDOW (rule 9)
     inner: tuple[tuple[bytes, "Decision"], ...] = ()  # a batch: (packet, its decision)
+    client_packet: bytes | None = None  # what DOSBox-protocol clients get instead (rule 10)
 
 
 @dataclass(slots=True)
@@ -428,6 +459,7 @@ class IpxSwitch:
         beacon_key: bytes | None = None,
         beacon_clock: Callable[[], int] | None = None,
         evictions: Counter[tuple[str, str]] | None = None,
+        forgiven: Counter[tuple[str, str, str]] | None = None,
         node_for: Callable[[Address], bytes] | None = None,
     ) -> None:
         """Create a switch.
@@ -447,6 +479,8 @@ class IpxSwitch:
             beacon_clock: the sequence number of the next beacon: the I/O layer passes the
                 wall clock in ms, which keeps increasing across restarts (rule 8).
             evictions: where bounded tables count what they push out, by (table, reason).
+            forgiven: where packets taken against the strict spec are counted, by (kind,
+                interface, reason): ipxbox's frames (``wire.ipx.forgiven``).
             node_for: the node assigned to a client's address (rule 2): with
                 ``node_assignment: keyed``, ``wire.ipx.keyed_node`` with the key kept across
                 restarts (the I/O layer reads it); with ``address``, ``wire.ipx.dosbox_node``.
@@ -468,6 +502,7 @@ class IpxSwitch:
         self._client_by_node: dict[bytes, Client] = {}
         self._static_nodes: dict[bytes, Address] = {}
         self.evictions: Counter[tuple[str, str]] = Counter() if evictions is None else evictions
+        self.forgiven: Counter[tuple[str, str, str]] = Counter() if forgiven is None else forgiven
         # node -> the port it is behind (peer or segment), two tiers (policy/tables.py)
         self._learned: ProvenTable[bytes, Port] = ProvenTable(
             settings.max_learned_nodes, "learned_nodes", self.evictions
@@ -914,6 +949,10 @@ class IpxSwitch:
         trusted bridge's port is that bridge's, and it serves its other ports itself. Never
         raises for remote input.
         """
+        if data[:2] != _NO_CHECKSUM:  # rare: a checksum, or ipxbox's 0x0000 (rule 11)
+            data, reason = forgiven(data)
+            if reason is not None:
+                self.forgiven[(str(segment.kind), segment.interface, reason)] += 1
         try:
             header = parse_header(data)
         except WireError as exc:
@@ -1164,10 +1203,11 @@ class IpxSwitch:
             if learn:  # never relayed, so no other copy of it comes round
                 self._learn(header.src_node, ingress, now)
             return Decision(Outcome.DROPPED, "filtered_socket", replies=replies)
-        # Identity without checksum, length-independent of hop count: bytes 5.. of the packet.
-        # Python's bytes hash is keyed SipHash, so collisions cannot be crafted remotely.
+        # Identity: bytes 10.. of the packet, without checksum, length, hop count and the
+        # destination network, which bridges rewrite toward the stations that need it (rule
+        # 10). Python's bytes hash is keyed SipHash: collisions cannot be crafted remotely.
         port = ingress if via is None else via
-        identity = hash(data[5:])
+        identity = hash(data[10:])
         if self._dedup.is_duplicate(identity, port, now, hops_in):
             # A node stays where its packet's first copy came from: two bridges on one
             # segment each get the other's copy last and would learn the node behind each
@@ -1213,6 +1253,21 @@ class IpxSwitch:
                 Outcome.DROPPED, "egress_repeat", replies=replies, held=held, repeats=repeats
             )
         packet = with_hops(data, hops)  # never a batch: those are unpacked (rule 1)
+        net = header.dst_net
+        if net not in _CLIENT_NETS and self.clients:
+            # Rule 10: DOSBox-protocol clients are on network 00000000 (our registration
+            # reply), and DOSBox-mode IPXWrapper delivers only that or FFFFFFFF.
+            return Decision(
+                Outcome.FORWARDED,
+                kind,
+                packet,
+                targets,
+                replies,
+                header,
+                held,
+                repeats,
+                client_packet=with_dst_net(packet, ZERO_NET),
+            )
         return Decision(Outcome.FORWARDED, kind, packet, targets, replies, header, held, repeats)
 
     def _within_budget(

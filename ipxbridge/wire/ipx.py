@@ -40,6 +40,14 @@ MAX_DATAGRAM: Final = 65_507  # largest UDP payload over IPv4.
 BROADCAST_NODE: Final = b"\xff" * 6
 ZERO_NODE: Final = b"\x00" * 6
 ZERO_NET: Final = b"\x00" * 4
+# "Every network": IPXWrapper delivers a packet to a socket only if its destination network is
+# the socket's own or this one (docs/protocols.md 6, "Native mode, addresses").
+ALL_NETS: Final = b"\xff" * 4
+DST_NET_OFFSET: Final = 6
+# ipxbox writes checksum 0x0000 and transport control 127 (its own-frame mark) on every frame
+# it bridges onto a LAN (docs/protocols.md 3.8).
+CHECKSUM_ZERO: Final = 0x0000
+IPXBOX_MARK: Final = 127
 
 SOCKET_ECHO: Final = 0x0002  # echo / DOSBox registration and ping (docs/protocols.md 3.1, 4.5).
 SOCKET_DPLAY_DISCOVERY: Final = 0xA57F  # DirectPlay IPX discovery socket (docs/protocols.md 1.9).
@@ -193,6 +201,31 @@ def build_packet(
 def with_hops(data: bytes, hops: int) -> bytes:
     """Return a copy of an encoded packet with its transport-control (hop) byte replaced."""
     return b"".join((data[:4], bytes((hops,)), data[5:]))
+
+
+def with_dst_net(data: bytes, net: bytes) -> bytes:
+    """Return a copy of an encoded packet addressed to destination network ``net``.
+
+    The checksum is 0xFFFF on everything the switch forwards (``forgiven``), so it stays valid.
+    """
+    return b"".join((data[:DST_NET_OFFSET], net, data[DST_NET_OFFSET + 4 :]))
+
+
+def forgiven(data: bytes) -> tuple[bytes, str | None]:
+    """A packet from a LAN station as the strict parser takes it, and what was forgiven.
+
+    ipxbox's frames (docs/protocols.md 3.8) carry checksum 0x0000, which by Novell's letter
+    is a wrong checksum (0xFFFF means none), and transport control 127, its mark, which is
+    no hop count. They are what the most used DOSBox server puts on real LANs, so a segment
+    takes them: the checksum becomes 0xFFFF and the mark hop 0 (loops stay bounded by the
+    duplicate filter and rule 9, as for IPXWrapper, whose header has no hop count at all).
+    Returns the packet unchanged and None for anything else, checksummed or not.
+    """
+    if len(data) < HEADER_LEN or data[0] or data[1]:
+        return data, None
+    if data[4] == IPXBOX_MARK:
+        return b"".join((b"\xff\xff", data[2:4], b"\x00", data[5:])), "ipxbox_mark"
+    return b"".join((b"\xff\xff", data[2:])), "checksum_zero"
 
 
 # --- node address conventions -------------------------------------------------------------

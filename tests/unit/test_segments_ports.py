@@ -18,6 +18,7 @@ from ipxbridge.io import segments
 from ipxbridge.io.segments import (
     MAX_LINKS,
     EthernetPort,
+    IpxWrapperPort,
     IpxWrapperSocket,
     Rfc1234Port,
 )
@@ -431,7 +432,7 @@ def test_ipxwrapper_unicasts_only_to_heard_addresses_else_the_subnet_broadcast(
         port = wrapper.port_for(plan, bench.counters)
         fake = FakeDatagramSocket()
         port._sock = fake
-        port.links.learn(STATION, ("10.61.0.2", 54792), bench.clock.now)
+        port.heard(packet(STATION), ("10.61.0.2", 54792), bench.clock.now)
         for dst in (STATION, host("198.51.100.7"), VICTIM):
             port.send(packet(bench.client_node, dst), dst)
         assert fake.destinations() == [
@@ -439,6 +440,87 @@ def test_ipxwrapper_unicasts_only_to_heard_addresses_else_the_subnet_broadcast(
             ("10.61.0.255", wrapper.port),
             ("10.61.0.255", wrapper.port),
         ]
+    finally:
+        wrapper.close()
+
+
+def wrapper_port(bench: Bench) -> tuple[IpxWrapperSocket, IpxWrapperPort, FakeDatagramSocket]:
+    wrapper = IpxWrapperSocket(bench.endpoint, "127.0.0.1", 0)
+    plan = PortPlan(WRAP, 3, "lan", 1500, "10.61.0.1", "10.61.0.255", (), ("10.61.0.0/24",))
+    port = wrapper.port_for(plan, bench.counters)
+    fake = FakeDatagramSocket()
+    port._sock = fake
+    return wrapper, port, fake
+
+
+def wrapper_header(datagram: bytes) -> tuple[bytes, bytes, int]:
+    """Destination network, node and socket of an IPXWrapper datagram, read by offset from
+    its 27-byte header layout (docs/protocols.md 6: type, dst net/node/socket, ...)."""
+    return datagram[1:5], datagram[5:11], int.from_bytes(datagram[11:13], "big")
+
+
+def test_ipxwrapper_programs_sharing_a_node_each_get_their_own_unicasts(bench: Bench) -> None:
+    """IPXWrapper behaviour reproduced: two programs on one PC share its node but send from
+    their own UDP ports (docs/protocols.md 6, "Native mode, addresses"); a unicast goes to the
+    port its destination socket was heard from, with the network it was heard with."""
+    wrapper, port, fake = wrapper_port(bench)
+    try:
+        setup, game = 0x4001, 0x4002
+        net = b"\x00\x00\x00\x01"  # IPXWrapper's default network
+        for sock, udp in ((setup, 50001), (game, 50002)):
+            heard = ipx.build_packet(
+                dst_node=ipx.BROADCAST_NODE,
+                dst_socket=sock,
+                src_net=net,
+                src_node=STATION,
+                src_socket=sock,
+                payload=b"hello",
+            )
+            port.heard(heard, ("10.61.0.2", udp), bench.clock.now)
+        for sock in (game, setup):
+            port.send(packet(bench.client_node, STATION, sock=sock), STATION)
+        assert fake.destinations() == [("10.61.0.2", 50002), ("10.61.0.2", 50001)]
+        assert [wrapper_header(d) for d, _ in fake.sent] == [
+            (net, STATION, game),
+            (net, STATION, setup),
+        ]
+    finally:
+        wrapper.close()
+
+
+def test_an_ipxwrapper_program_that_exits_is_no_black_hole_for_its_node(bench: Bench) -> None:
+    """The setup program exits; its socket's entry lives 30 s as in IPXWrapper's own cache,
+    then unicasts to it go to the subnet broadcast, where the PC's listener on 54792 hands
+    them to whichever program has the socket now. The game's socket is unaffected."""
+    wrapper, port, fake = wrapper_port(bench)
+    try:
+        setup, game = 0x4001, 0x4002
+        port.heard(packet(STATION, sock=setup), ("10.61.0.2", 50001), bench.clock.now)
+        bench.clock.now += 20
+        port.heard(packet(STATION, sock=game), ("10.61.0.2", 50002), bench.clock.now)
+        bench.clock.now += 10 + 0.5  # setup silent 30.5 s, game 10.5 s
+        port.send(packet(bench.client_node, STATION, sock=setup), STATION)
+        port.send(packet(bench.client_node, STATION, sock=game), STATION)
+        port.send(packet(bench.client_node, STATION, sock=0x4003), STATION)  # never heard
+        assert fake.destinations() == [
+            ("10.61.0.255", wrapper.port),
+            ("10.61.0.2", 50002),
+            ("10.61.0.255", wrapper.port),
+        ]
+        # Where the socket is unknown, to FFFFFFFF: any IPXWrapper network delivers it.
+        assert wrapper_header(fake.sent[0][0])[0] == b"\xff" * 4
+    finally:
+        wrapper.close()
+
+
+def test_ipxwrapper_broadcasts_go_to_every_network(bench: Bench) -> None:
+    """IPXWrapper delivers a broadcast only to its own network or FFFFFFFF (docs/protocols.md
+    6); a DOSBox client's broadcast says 00000000, which none of them would deliver."""
+    wrapper, port, fake = wrapper_port(bench)
+    try:
+        port.send(packet(bench.client_node), ipx.BROADCAST_NODE)
+        assert fake.destinations() == [("10.61.0.255", wrapper.port)]
+        assert wrapper_header(fake.sent[0][0]) == (b"\xff" * 4, ipx.BROADCAST_NODE, GAME_SOCKET)
     finally:
         wrapper.close()
 

@@ -543,3 +543,75 @@ def test_a_copy_returning_on_its_first_port_one_hop_further_is_a_duplicate() -> 
     assert back.detail == "duplicate"
     # The station repeating the same packet (same hop count) is a repeat, not a loop.
     assert sw.handle_segment(ETH0, packet(NATIVE), 1.5).outcome is Outcome.FORWARDED
+
+
+# --- rule 10: one IPX network; rule 11: ipxbox's frames -----------------------------------------
+
+
+def test_clients_get_a_packet_addressed_to_another_network_as_their_own() -> None:
+    """Rule 10: native IPXWrapper broadcasts to its own network (00000001 by default), which
+    IPXWrapper in DOSBox mode (network 00000000, from our registration reply) would not
+    deliver (docs/protocols.md 6). Clients get network 00000000; segments and peers get the
+    packet as it came."""
+    sw = switch()
+    sent = ipx.build_packet(
+        dst_net=b"\0\0\0\1",
+        dst_node=ipx.BROADCAST_NODE,
+        dst_socket=GAME_SOCKET,
+        src_net=b"\0\0\0\1",
+        src_node=NATIVE,
+        src_socket=GAME_SOCKET,
+        payload=b"n",
+    )
+    d = sw.handle_segment(WRAP, sent, 1.0)
+    assert d.outcome is Outcome.FORWARDED
+    assert {A, B, PEER} <= set(d.targets)
+    assert d.packet is not None
+    assert d.packet[6:10] == b"\0\0\0\1"
+    assert d.client_packet is not None
+    assert d.client_packet == d.packet[:6] + b"\0\0\0\0" + d.packet[10:]
+    # 00000000 and FFFFFFFF are delivered by every client already: no second copy.
+    for net in (b"\0\0\0\0", b"\xff\xff\xff\xff"):
+        plain = ipx.build_packet(
+            dst_net=net,
+            dst_node=ipx.BROADCAST_NODE,
+            dst_socket=GAME_SOCKET,
+            src_node=NATIVE,
+            src_socket=GAME_SOCKET,
+            payload=net,
+        )
+        assert sw.handle_segment(WRAP, plain, 1.0).client_packet is None
+
+
+def test_a_copy_with_its_network_rewritten_is_still_a_duplicate() -> None:
+    """Rule 10 with rules 6 and 9: a copy another bridge sent on to IPXWrapper with network
+    FFFFFFFF, heard again, is the same packet."""
+    sw = switch()
+    first = packet(NATIVE, data=b"same")
+    assert sw.handle_segment(ETH0, first, 1.0).outcome is Outcome.FORWARDED
+    rewritten = first[:6] + b"\xff" * 4 + first[10:]
+    assert sw.handle_segment(WRAP, rewritten, 1.0).detail == "duplicate"
+
+
+def test_ipxbox_frames_are_taken_as_hop_0_and_counted() -> None:
+    """Rule 11: ipxbox writes checksum 0x0000 and transport control 127 on every frame it
+    bridges (docs/protocols.md 3.8); strictly both are refused (bad checksum, hop limit)."""
+    sw = switch()
+    ours = packet(NATIVE, data=b"from ipxbox")
+    theirs = b"\0\0" + ours[2:4] + bytes((127,)) + ours[5:]
+    d = sw.handle_segment(ETH0, theirs, 1.0)
+    assert (d.outcome, d.detail) == (Outcome.FORWARDED, "broadcast")
+    assert d.packet is not None
+    assert d.packet[:2] == b"\xff\xff"
+    assert d.packet[4] == 1
+    assert sw.forgiven[("ethernet", "eth0", "ipxbox_mark")] == 1
+    # Checksum 0 alone: hops as written.
+    zero = b"\0\0" + packet(NATIVE, hops=3, data=b"zero")[2:]
+    d = sw.handle_segment(ETH0, zero, 1.0)
+    assert d.packet is not None
+    assert d.packet[4] == 4
+    assert sw.forgiven[("ethernet", "eth0", "checksum_zero")] == 1
+    # Any other checksum is refused, as the spec says; nothing forgiven.
+    other = b"\x12\x34" + packet(NATIVE, data=b"sum")[2:]
+    assert sw.handle_segment(ETH0, other, 1.0).detail == "bad_checksum"
+    assert sum(sw.forgiven.values()) == 2
