@@ -26,6 +26,9 @@ decision is the switch's (``policy/switch.py`` rules 1-8) or the plan's
   port reads both alike, frames to its MAC and to other MACs (``PACKET_OTHERHOST``): the
   switch goes by the packet's destination node, never by the frame's.
 
+  A unicast goes to the node as a MAC, in the station's framing if it was heard, else in
+  every framing in use there, as a broadcast does; never to a group address (``group_node``).
+
   With framing ``auto`` the port learns each station's framing (``policy/framings.py``) only
   from frames whose packets the switch accepted, in a bounded table, and forgets a station
   after ``FRAMING_TTL`` (``tick``).
@@ -347,11 +350,19 @@ class EthernetPort:
         elif dst_node in self.framings:
             dst_mac = dst_node  # the node of a native station is its MAC (docs/protocols.md 3.1)
             framings = (self.fixed or self.framings.framing_for(dst_node),)
-        else:
-            # Never a frame to a MAC no station here was heard from: a remote party could
-            # aim the bridge at any host on the LAN. Games unicast to nodes they heard.
-            self._sink.counters.copies_dropped[(*self.label, "unproven_host")] += 1
+        elif dst_node[0] & 1:
+            # A group address that is not the broadcast: no station's node. A stranger could
+            # aim the bridge at a multicast group every host of some kind listens to.
+            self._sink.counters.copies_dropped[(*self.label, "group_node")] += 1
             return
+        else:
+            # A node not heard here (it was quiet for FRAMING_TTL, or is heard through another
+            # bridge): to that MAC in each framing in use, as a broadcast goes, since a
+            # station takes only the frame types it is bound to. A stranger gains nothing a
+            # broadcast does not give: the frame speaks from the port's own MAC, and the host
+            # gets the broadcasts anyway.
+            dst_mac = dst_node
+            framings = (self.fixed,) if self.fixed else self.framings.in_use()
         counters = self._sink.counters
         mtu = self.plan.mtu
         for framing in framings:

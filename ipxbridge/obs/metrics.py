@@ -397,7 +397,8 @@ def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
         "ipxbridge_ipx_port_dropped_copies",
         "Copies an interface port could not carry (frame_too_large: over the framing's"
         " limit at the interface's MTU, never truncated; unproven_host: a unicast to an RFC"
-        " 1234 host number nobody was heard from on that port; internal_error: copies of a"
+        " 1234 host number nobody was heard from on that port; group_node: a unicast to an"
+        " Ethernet group address; internal_error: copies of a"
         " packet whose handling failed after it was counted, by the port it came in on).",
         labels=["kind", "interface", "reason"],
     )

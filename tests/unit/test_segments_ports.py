@@ -297,6 +297,30 @@ def test_every_frame_leaves_from_the_ports_own_mac_whatever_the_source_node(
     assert {bytes(parse_frame(f).packet[22:28]) for f in fake.sent} >= {VICTIM, STATION}
 
 
+def test_an_unknown_unicast_goes_in_every_framing_in_use_as_a_broadcast_does(
+    bench: Bench,
+) -> None:
+    """A node not heard here gets one frame in each framing its LAN speaks, not the fallback
+    alone (802.2 under ``auto``): on a segment of Ethernet II stations it must be Ethernet II.
+    A group address that is not the broadcast is no station's node: refused, counted."""
+    port, fake = bench.ethernet()
+    port.framings.observe(STATION, Framing.ETHERNET_II, bench.clock.now)
+    quiet = bytes.fromhex("00a0c9777777")
+    port.send(packet(bench.client_node, quiet), quiet)
+    assert [(f[:6], parse_frame(f).framing) for f in fake.sent] == [(quiet, Framing.ETHERNET_II)]
+    port.framings.observe(VICTIM, Framing.SNAP, bench.clock.now)
+    fake.sent.clear()
+    port.send(packet(bench.client_node, quiet), quiet)
+    assert sorted(str(parse_frame(f).framing) for f in fake.sent) == sorted(
+        str(f) for f in (Framing.ETHERNET_II, Framing.SNAP)
+    )
+    fake.sent.clear()
+    group = b"\x01\x00\x5e\x00\x00\x01"
+    port.send(packet(bench.client_node, group), group)
+    assert fake.sent == []
+    assert bench.counters.copies_dropped[("ethernet", "seg0", "group_node")] == 1
+
+
 def test_a_packet_from_a_dosbox_client_reaches_the_segment_from_the_ports_mac(
     bench: Bench,
 ) -> None:
