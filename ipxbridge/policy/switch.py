@@ -101,6 +101,7 @@ has no hop field. The I/O layer turns a segment target into frames or datagrams.
    * a packet that arrived from a peer P is sent to a segment S only if P is not on S (else
      P put it there itself) and, of the bridges on S that have P as a peer, this one has the
      lowest id (each of them got the packet from P; one puts it on S);
+   * a packet that arrived from segment S is not sent to a peer that is on S: it heard it.
    * a packet that arrived from segment S1 is sent to segment S2 only if no bridge with a
      lower id is on both: one bridge carries packets between two segments two bridges share.
      An Ethernet port and an IPXWrapper port on one LAN are one broadcast domain, so this is
@@ -687,11 +688,14 @@ class IpxSwitch:
         trusted = {seg: self.trusted_bridges(seg) for seg in self.segments}
         out: set[Port] = set()
         if isinstance(ingress, Segment):
-            lower = {b for b in trusted.get(ingress, {}) if b < own}
+            here = trusted.get(ingress, {})
+            lower = {b for b in here if b < own}
             if lower:
                 out.update(
                     seg for seg, there in trusted.items() if seg != ingress and lower & there.keys()
                 )
+            # A peer on the ingress segment heard the packet there itself.
+            out.update(a for a in self.peers if self._peer_identity(a) in here)
             return frozenset(out)
         if ingress not in self.peers:
             return frozenset()

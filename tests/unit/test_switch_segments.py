@@ -194,6 +194,12 @@ def test_beacons_are_consumed_and_make_a_peer_share_a_segment() -> None:
     # Unknown unicast from that peer: not to eth0 either.
     flood = sw.handle(packet(bytes.fromhex("00000a0a0a0a"), UNKNOWN, data=b"u"), PEER, 2.5)
     assert set(flood.targets) == {WRAP, RFC}
+    # A station's packet on eth0 does not go to the peer: it heard it on eth0 itself (a copy
+    # over the peer link would overtake that and arrive one hop further on).
+    d = sw.handle_segment(ETH0, packet(NATIVE, data=b"s"), 3.0)
+    assert d.outcome is Outcome.FORWARDED
+    assert PEER not in d.targets
+    assert {A, B} <= set(d.targets)
 
 
 def test_a_forged_beacon_without_a_key_leaves_forwarding_as_it_was() -> None:
