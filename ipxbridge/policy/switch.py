@@ -407,10 +407,12 @@ class SwitchSettings:
         return any(address in net for net in self.clients_allow)
 
 
-# An unverified client's first probe comes this soon after registering, so a real DOSBox client
-# (which answers pings, docs/protocols.md 4.6) leaves the budget of rule 2 within about a second.
-# Not sooner: DOSBox takes the first datagram it receives as its registration reply (4.2), and
-# the reply must not be overtaken.
+# An unverified client is probed with its first packet (that shows it has its registration
+# reply), so a real DOSBox client, which answers pings (docs/protocols.md 4.6), is verified one
+# round trip after it first speaks. One that says nothing is probed this long after registering,
+# if a base budget pays for it. Not at once: DOSBox takes the first datagram it receives as its
+# registration reply and never asks again (4.2), so a probe that overtook a reply, or came in
+# place of a lost one, would give it the broadcast node as its address.
 FIRST_PROBE_DELAY: Final = 1.0
 # A real client answers a probe within a round trip; one silent this long after it did not.
 PROOF_WAIT: Final = 1.0
@@ -1132,6 +1134,7 @@ class IpxSwitch:
         if header.is_registration:
             return self._register(client.addr, len(data), now)
         budget = client.budget
+        replies: tuple[tuple[bytes, Address], ...] = ()
         if budget is None:
             client.probes = 0
         elif header.is_echo and header.dst_node == client.nonce:
@@ -1144,6 +1147,13 @@ class IpxSwitch:
         else:
             # Unproven: what it sends earns it a bounded multiple to receive (rule 2).
             self._earn(budget, len(data))
+            if client.probes == 0 and budget.take(HEADER_LEN, now):
+                # Its first packet: it has its registration reply (DOSBox sends nothing
+                # before), so a probe now cannot be taken for the reply (docs/protocols.md
+                # 4.2), and one round trip later it is verified. Paid from what it sent.
+                client.probes = 1
+                client.last_keepalive = now
+                replies = ((build_ping(client.nonce), client.addr),)
         if header.is_shutdown:
             self.remove_client(client.addr, "shutdown")
             return Decision(Outcome.CONTROL, "shutdown")
@@ -1155,11 +1165,11 @@ class IpxSwitch:
             if header.is_echo:
                 return Decision(Outcome.CONTROL, "ping_reply")
             return Decision(Outcome.CONTROL, "to_bridge", header=header)
-        replies: tuple[tuple[bytes, Address], ...] = ()
         if header.is_echo and header.is_broadcast and self.settings.answer_pings:
             # Answer as a DOSBox client would, so a lone client can see the server is alive;
             # the ping is still forwarded so every other client answers too.
-            replies = ((build_ping_reply(client.node, client.server_node), client.addr),)
+            reply = build_ping_reply(client.node, client.server_node)
+            replies = (*replies, (reply, client.addr))
         # The client's hop byte is whatever its DOS program left there: count from 0 (rule 6).
         return self._forward(header, data, client.addr, now, replies, hops_in=0)
 

@@ -67,8 +67,9 @@ def join_by_probe(sw: IpxSwitch, addr: Address, now: float = 0.0) -> None:
     """Verify a client the way address nodes allow: register, send a game packet (it pays
     for a probe), answer the probe (rule 2)."""
     n = register(sw, addr, now)
-    sw.handle(data(n, sock=ANNOUNCE_SOCKET, payload=b"here"), addr, now)
-    probes = [p for p, to in sw.tick(now + FIRST_PROBE_DELAY) if to == addr]
+    d = sw.handle(data(n, sock=ANNOUNCE_SOCKET, payload=b"here"), addr, now)
+    probes = [p for p, to in d.replies if to == addr]  # with its first packet
+    probes += [p for p, to in sw.tick(now + FIRST_PROBE_DELAY) if to == addr]
     assert probes == [ipx.build_ping(sw.clients[addr].nonce)]
     verify(sw, addr, now + FIRST_PROBE_DELAY)
 
@@ -316,14 +317,20 @@ def test_silent_client_gets_bounded_probes_and_stays_until_idle_timeout() -> Non
 
 def test_a_client_earns_its_probe_with_what_it_sends() -> None:
     # Address nodes prove nothing; with no base budget the probe is paid by the client's own
-    # packet (30 bytes or more, like the probe), and the answer verifies it.
+    # packet (30 bytes or more, like the probe), and the answer verifies it. The probe goes
+    # with the first packet, not a tick later: that packet shows the client has its
+    # registration reply, so the probe cannot be taken for it (docs/protocols.md 4.2).
     sw = make(node_assignment="address", keepalive_interval=5.0)
     register(sw, A)
     assert sw.tick(1.0) == []  # nothing earned: the registration paid for its reply
-    sw.handle(data(address_node(A), payload=b"game"), A, 1.5)
+    d = sw.handle(data(address_node(A), payload=b"game"), A, 1.5)
     assert not sw.clients[A].verified  # its node is predictable: the packet proves nothing
-    assert sw.tick(2.0) == [(ipx.build_ping(sw.clients[A].nonce), A)]
-    verify(sw, A, 2.1)
+    assert d.replies == ((ipx.build_ping(sw.clients[A].nonce), A),)
+    assert sw.tick(2.0) == []  # not probed twice
+    # Its second packet draws no second probe either.
+    d = sw.handle(data(address_node(A), payload=b"more"), A, 1.6)
+    assert d.replies == ()
+    verify(sw, A, 1.55)  # one round trip after its first packet
 
 
 def test_silent_dplay_host_answers_an_enumeration_60_s_after_registering() -> None:
@@ -611,12 +618,14 @@ def test_a_spoofed_rejoin_with_address_nodes_stays_unverified_until_the_nonce_co
     d = sw.handle(data(address_node(victim), payload=b"spoofed"), victim, 1.0)
     assert d.outcome is Outcome.FORWARDED  # the game traffic itself is passed on
     assert sw.clients[victim].verified is False
+    probes = [p for p, to in d.replies if to == victim and p[10:16] == ipx.BROADCAST_NODE]
     # answers that do not carry the nonce prove nothing
     for wrong in (SERVER_NODE, ipx.ZERO_NODE, b"\x00\x00\x00\x00\x00\x01"):
-        sw.handle(ipx.build_ping_reply(wrong, address_node(victim)), victim, 1.5)
+        d = sw.handle(ipx.build_ping_reply(wrong, address_node(victim)), victim, 1.5)
+        probes += [p for p, to in d.replies if to == victim and p[10:16] == ipx.BROADCAST_NODE]
         assert sw.clients[victim].verified is False
-    probes = [p for p, to in sw.tick(2.0) if to == victim]  # paid by what it sent
-    assert probes == [ipx.build_ping(sw.clients[victim].nonce)]
+    probes += [p for p, to in sw.tick(2.0) if to == victim]  # paid by what it sent
+    assert probes == [ipx.build_ping(sw.clients[victim].nonce)]  # one probe, however asked
     verify(sw, victim, 2.1)
 
 
@@ -748,6 +757,7 @@ def test_a_spoofed_rejoin_with_address_nodes_gets_no_more_than_it_sent() -> None
     received = len(spoofed)
     sent = 0
     d = sw.handle(spoofed, victim, 1.0)  # a spoofed rejoin
+    sent += sum(len(p) for p, to in d.replies if to == victim)  # its probe, paid by it
     for i in range(600):
         now = 1 + i / 10
         d = sw.handle(data(address_node(A), payload=i.to_bytes(2, "big") * 20), A, now)
