@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Flow-table campaign (issue 11 item 4, docs/reliability.md R16): spoofed one-packet sources
+"""Flow-table campaign (docs/reliability.md R16): spoofed one-packet sources
 against a rewrite-mode bridge while real players enumerate.
 
 Own namespaces, created and deleted here; every packet stays inside them::

@@ -22,7 +22,7 @@ What it does:
   only a small budget (its anti-reflection rule), and the bench measures a game in progress.
   What the bridge still held back or the kernel refused is read from its /metrics and printed;
 * rounds alternate the server order (A B, B A, ...) so drifts hit both servers alike;
-* mixed ports (issue 13; ``--no-mixed`` leaves them out): in every round, after the DOSBox-only
+* mixed ports (``--no-mixed`` leaves them out): in every round, after the DOSBox-only
   scenarios, ipxbridge alone runs with half the stations DOSBox-protocol clients and half
   native IPX stations (``--clients 16``: 8 + 8) at ``--mixed-rate`` broadcasts/s each, and a
   unicast round trip native station -> DOSBox client -> native station. The native stations

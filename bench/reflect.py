@@ -14,7 +14,7 @@ is the victim's, through a raw socket. Attacks, one bridge each:
 
 BAF = UDP payload bytes the bridge sent the victim / UDP payload bytes spoofed as the victim.
 Printed for the configuration given (default: the embedded defaults). ``--strict`` sets the
-unverified budget to 0 and the credit ratio to 1 (README, "Unverified clients").
+unverified budget to 0 and the credit ratio to 1 (docs/ipx.md, "Verification").
 
     python3 bench/reflect.py [--seconds 20] [--registrations 1000] [--strict]
 """

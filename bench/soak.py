@@ -166,7 +166,7 @@ class Soak:
     def wait_verified(self) -> None:
         """B's game announces itself before the traffic starts, as a game does when it
         joins: the packet carries the node B's registration reply gave it, which proves B
-        receives at its address (README "Verification"); until then the bridge would send
+        receives at its address (docs/ipx.md, "Verification"); until then the bridge would send
         B nothing but that reply. Nobody hears it (A has not proved itself yet)."""
         self.b.sock.sendto(bcast(self.b.node, b"B here", sock=GAME_SOCKET + 1), SERVER)
         self.tally.sent += 1

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Interface ports under attack (R19-R24, R7's rejoin): the threat table.
 
-The README's "Interface ports under attack" quotes its output.
+docs/reliability.md §4.2 quotes its output.
 
 One command builds its own namespaces (``benchlib/ipxlan.py``: two ipxbridges on one Linux
 bridge with the default kinds of ``--ipx-iface lan0``, ethernet + ipxwrapper, peered over a
@@ -991,7 +991,7 @@ def attack_batches(net: Lan, cfg: Cfg) -> list[Result]:
     try:
         with watching(capture, c1):
             time.sleep(0.2)
-            # 1. malformed frames and datagrams (the issue's passing row, kept as a control)
+            # 1. malformed frames and datagrams (the table's passing row, kept as a control)
             log0 = {n: len(b.log()) for n, b in net.bridges.items()}
 
             for frame_ in malformed_frames(att, net, cfg):
@@ -1129,7 +1129,7 @@ def _outer_wrapper(data: bytes) -> bytes:
 
 
 def malformed_frames(att: Attacker, net: Lan, cfg: Cfg) -> Iterator[bytes]:
-    """The issue's passing row: runts, lying lengths, jumbo length, the bridge's own MAC,
+    """The table's passing row: runts, lying lengths, jumbo length, the bridge's own MAC,
     hop counts 15/16/255, and a burst in four framings."""
     mac = att.mac
     good = ipx(BROADCAST, GAME_SOCKET, mac, GAME_SOCKET, tag(MALFORMED, 2, 20))

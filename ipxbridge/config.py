@@ -1,6 +1,6 @@
 """Configuration: one YAML file, environment overrides, validated all at once.
 
-Order of precedence (house style rule 12): the embedded defaults, then the YAML file, then
+Order of precedence (docs/architecture.md rule 12): the embedded defaults, then the YAML file, then
 ``IPXBRIDGE_<SECTION>__<KEY>`` environment variables, then command-line flags (applied by
 the CLI). Validation reports **every** error as ``FILE:LINE: path.to.key: message``. Unknown
 keys are errors, and so are a key given twice in one mapping (YAML would silently keep the
@@ -279,7 +279,7 @@ Ipv4Text = Annotated[str, AfterValidator(lambda v: str(ipaddress.IPv4Address(v))
 
 
 class IpxInterface(_Model):
-    """Interface ports of the IPX switch on one interface (or a set: glob / CIDR), issue 13."""
+    """Interface ports of the IPX switch on one interface (or a set: glob / CIDR)."""
 
     name: InterfacePattern  # interface name, glob ("eth*") or CIDR ("10.8.0.0/24")
     # ethernet: native IPX frames (CAP_NET_RAW); ipxwrapper: IPXWrapper's UDP 54792;

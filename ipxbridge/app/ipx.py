@@ -1,6 +1,6 @@
 """The IPX service: the switch with its UDP socket, its peers, clients and interface ports.
 
-Interface ports (issue 13) are native Ethernet, IPXWrapper and RFC 1234 segments.
+Interface ports are native Ethernet, IPXWrapper and RFC 1234 segments.
 
 The interface ports follow the topology like the relay's egresses: the plan
 (``policy/ipx_ports.plan_ports``) is rebuilt on every netlink change and after each read of
@@ -150,7 +150,7 @@ class IpxService:
         self.latency = LatencyHistogram()
         self.endpoint: IpxEndpoint | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Interface ports (issue 13).
+        # Interface ports.
         self._interfaces = ipx_interfaces(config)
         self.watcher: TopologyWatcher | None = None
         self.skipped: tuple[Skipped, ...] = ()
@@ -280,7 +280,7 @@ class IpxService:
             if any(p.role == "p2p" for p in self.plans.values()):
                 self._wg.refresh()
 
-    # --- interface ports (issue 13) --------------------------------------------------------
+    # --- interface ports ------------------------------------------------------------------
 
     async def _start_interfaces(self) -> None:
         """Watch the topology and open the first plan's ports (nothing without interfaces).

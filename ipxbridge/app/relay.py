@@ -95,7 +95,7 @@ class RelayService:
         self._next_kernel_read = 0.0
         self._kernel_read: asyncio.Future[FastPathCounts] | None = None
         # nft runs for up to 10 s (its timeout): on a worker thread of its own, in order,
-        # never on the loop (issue 10 item 6) nor queued behind a stuck WireGuard read.
+        # never on the loop nor queued behind a stuck WireGuard read.
         self._nft_executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 

@@ -3,7 +3,7 @@
 A p2p interface without static peers takes its unicast targets from WireGuard, and reading
 them is I/O (a UAPI socket or generic netlink, ``io/wireguard.py``) that can take seconds:
 it runs on a worker thread of its own, one read at a time, and a stuck UAPI socket holds
-that thread, never the loop (issue 10 item 6). ``wg set`` raises no netlink event, so the
+that thread, never the loop. ``wg set`` raises no netlink event, so the
 owner also calls ``refresh`` every ``io.wireguard.PEER_REFRESH_SECONDS``.
 """
 

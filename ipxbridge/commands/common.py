@@ -1,6 +1,6 @@
 """What every subcommand shares: exit codes, one-line errors, argument types, the examples.
 
-Exit codes (house style rule 12): 0 ok, 1 runtime failure, 2 usage, configuration or
+Exit codes (docs/architecture.md rule 12): 0 ok, 1 runtime failure, 2 usage, configuration or
 start-up error. Errors are one clear line each, never a traceback.
 """
 

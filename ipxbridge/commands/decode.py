@@ -1,7 +1,7 @@
 """``ipxbridge decode``: hex strings and capture files decoded offline to JSON-able dicts.
 
 Every frame becomes one object with the keys ``ok``, ``error``, ``ipx`` and ``directplay``
-(issue 3 fixes these names; more keys are additions). Nothing here raises for bad input:
+(fixed names; more keys are additions). Nothing here raises for bad input:
 a frame that does not decode has ``ok: false`` and the reason in ``error``. A captured frame
 that is neither UDP nor TCP (ICMP, ARP, ...) is no failure: it is ``ok`` with what it
 carries in ``skipped``, left out of the text listing and counted in its last line.

@@ -1,6 +1,6 @@
 """``ipxbridge interfaces``: every interface, and the plan the broadcast relay executes.
 
-One plan, not two (issue 12 item 3). The command gathers exactly the inputs ``ipxbridge run``
+One plan, not two. The command gathers exactly the inputs ``ipxbridge run``
 hands the relay and lets the relay's own planner turn them into egresses:
 
 1. **Selections** come from the configuration as ``run`` loads it (``--config FILE``, the
@@ -22,14 +22,14 @@ hands the relay and lets the relay's own planner turn them into egresses:
 It also marks the PRIMARY interface (the lowest-metric IPv4 default route: the only
 interface Windows sends a game's 255.255.255.255 enumeration out of).
 
-**IPX interface ports** (issue 13) are shown the same way, from the same planner the IPX
+**IPX interface ports** are shown the same way, from the same planner the IPX
 service runs: ``ipx.interfaces`` (or ``--ipx-iface NAME[:KIND,KIND]``, which replaces it as on
 ``run``) and the same topology and WireGuard peers go through ``policy.ipx_ports.plan_ports``;
 each interface lists the ports planned there (kind, role, where broadcasts go, framing) and,
 for each kind that gets none, the planner's ``Skipped`` reason. Whether a port then opens
 (CAP_NET_RAW for ``ethernet``, UDP 54792 free for ``ipxwrapper``) is only known to ``run``.
 
-Exit codes (house style rule 12): 0 ok, 1 the interfaces could not be read, 2 usage or
+Exit codes (docs/architecture.md rule 12): 0 ok, 1 the interfaces could not be read, 2 usage or
 configuration error (for example a malformed CIDR in ``--iface``).
 
 ``cli.py`` wires it in with :func:`add_parser` and :func:`run`.

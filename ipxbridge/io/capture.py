@@ -11,11 +11,12 @@ This is the only module that imports python-pcapng (untyped, like pyroute2 in
 is decoded by the pure ``wire.pcap.decode_link``. Classic pcap (one 24-byte header, 16-byte
 record headers) stays with ``wire.pcap.read_pcap``: python-pcapng does not read it.
 
-Why python-pcapng and not dpkt (both evaluated for issue item 9, as installed from PyPI):
+Why python-pcapng and not dpkt (both evaluated, as installed from PyPI):
 
 * **dpkt 1.9.8** (BSD-3-Clause, released 2022-08, no type hints) reads both formats, but its
   ``pcapng.Reader`` keeps only the *first* Interface Description Block: every packet gets
-  that interface's link type and timestamp resolution (dpkt issue #681, still open). On a
+  that interface's link type and timestamp resolution (an open bug of the dpkt project,
+  https://github.com/kbandla/dpkt/issues/681). On a
   ``mergecap`` file with an Ethernet and a raw-IP interface it reported link type 1 for all
   six packets, so the raw-IP ones would decode as garbage. It skips Simple Packet Blocks
   (those packets vanish), and its classic reader returns a cut-off last record as if whole.

@@ -4,7 +4,7 @@ Contract:
 
 - :func:`read_topology_netifaces` builds a :class:`~ipxbridge.policy.topology.Topology`
   without netlink. ``io/netlink.py`` (pyroute2) is the source of truth on Linux; this is
-  only its fallback (house style B3). netifaces knows addresses and little else, so:
+  only its fallback (docs/architecture.md B3). netifaces knows addresses and little else, so:
   kinds are ``loopback`` or ``other``; ``broadcast_capable``/``pointopoint`` come from
   whether getifaddrs reported a broadcast or a destination address; ``up`` is assumed for
   every interface that has an IPv4 address; MTU is 0 (unknown); the default-gateway

@@ -2,7 +2,7 @@
 
 Contract:
 
-- This is the only ipxbridge module that imports pyroute2 (untyped; house style rule 6), so
+- This is the only ipxbridge module that imports pyroute2 (untyped; docs/architecture.md rule 6), so
   every value leaving it is converted to ``int``/``str`` and handed to the pure builders in
   ``policy/topology.py``.
 - Everything runs in the **current** network namespace of the calling thread; callers that
@@ -12,7 +12,7 @@ Contract:
   gives a coarser netifaces view. :class:`TopologyWatcher` never lets an exception out of
   its task: it logs, waits 1 s and re-opens its socket.
 
-pyroute2 0.9 facts this relies on (house style B3): dumps are async generators
+pyroute2 0.9 facts this relies on (docs/architecture.md B3): dumps are async generators
 (``async for m in await ipr.link("dump")``), and a monitor socket's ``get()`` returns after
 one receive batch, so it must be re-entered in a loop (the first attempt without the loop
 saw 1 of 7 events).
@@ -313,7 +313,7 @@ class TopologyWatcher:
                 if failing:
                     logger.info("netlink monitor re-opened")
                 failing = False
-                while True:  # get() returns after one batch: re-enter it (house style B3)
+                while True:  # get() returns after one batch: re-enter it (docs/architecture.md B3)
                     async for msg in self._monitor.get():
                         self._count(msg)
             except asyncio.CancelledError:

@@ -13,7 +13,7 @@
   sends to that return socket goes back to the host: a small, bounded, expiring UDP proxy, so
   the reply (and a join that follows it) finds its way in both directions. Which flows keep
   their socket is decided by ``policy/flows.py`` (evict, never refuse; one-packet spoofed
-  sources cannot lock players out, issue 11 item 4); an evicted flow's socket is read once
+  sources cannot lock players out, docs/reliability.md R16); an evicted flow's socket is read once
   more before it is closed, so an answer already waiting there still reaches its player.
 * Sockets bound to an interface are re-opened when the interface is re-created (a new index):
   an old one would return ENODEV for ever (docs/reliability.md item 6).
@@ -413,7 +413,7 @@ class BroadcastRelay:
                     ttl=copy.ttl,
                     ident=self._ident,
                     mtu=egress.mtu,
-                    tos=self.policy.settings.dscp_mark << 2,  # as the fast path's (item 7)
+                    tos=self.policy.settings.dscp_mark << 2,  # as the fast path's (mixed bridges)
                 ):
                     raw.sendto(packet, (copy.dst, 0))
             else:
@@ -476,7 +476,7 @@ class BroadcastRelay:
             return self._flows[key]
         try:
             # Marked like the fast path's copies, so no fast-path bridge on the same
-            # segments fans them out again (issue 11 item 7).
+            # segments fans them out again (mixed bridges).
             sock = self._bound_udp(egress.name, egress.address, self.policy.settings.dscp_mark << 2)
         except OSError as exc:
             self._table.remove(key)

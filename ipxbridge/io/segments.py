@@ -1,6 +1,6 @@
 """Interface ports of the IPX switch: native Ethernet, IPXWrapper's UDP, RFC 1234 segments.
 
-Thin I/O (house style): each port turns what it reads into IPX packets for
+Thin I/O (docs/architecture.md): each port turns what it reads into IPX packets for
 ``IpxEndpoint.ingest`` and turns the switch's targets back into frames or datagrams. Every
 decision is the switch's (``policy/switch.py`` rules 1-8) or the plan's
 (``policy/ipx_ports.py``).

@@ -4,7 +4,7 @@ Only bytes and timers move here (aioquic ``asyncio/protocol.py`` style):
 
 * ``add_reader`` plus a drain loop: each wake-up reads datagrams until the socket is empty
   (bounded per wake-up so timers still run). CPython's ``DatagramProtocol`` reads one datagram
-  per wake-up, about half the throughput (house style B5).
+  per wake-up, about half the throughput (docs/architecture.md B5).
 * Sends are non-blocking ``sendto`` calls. ``EAGAIN`` and every other errno are counted per
   errno name and the copy is dropped: there is no send queue to grow without bound
   (docs/reliability.md item 5).
@@ -55,7 +55,7 @@ def open_udp_socket(host: str, port: int) -> socket.socket:
                 sock.setsockopt(socket.SOL_SOCKET, force, SOCKET_BUFFER)
             except OSError:
                 sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
-        # RFC 1234 segments (issue 13) are reached by subnet broadcast from this socket.
+        # RFC 1234 segments are reached by subnet broadcast from this socket.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
         sock.bind((host, port))
     except OSError as exc:
@@ -219,7 +219,7 @@ class IpxEndpoint:
                 self._sample = (self._sample + 1) & 15
                 started = perf_counter() if self._sample == 0 else 0.0
                 decision = switch.handle(data, addr, now)
-                # The port it came in on, for the books per port (issue 13).
+                # The port it came in on, for the books per port.
                 if addr in peers:
                     label = _PEER
                 elif udp_segments and addr not in clients:

@@ -8,7 +8,7 @@ one forwarded broadcast becomes many copies, and a copy the kernel refuses is a 
 errno name, never silently lost.
 
 Plain slot integers cost ~40 ns per increment against ~2.7 us for a labelled
-prometheus_client counter (house style B1); the exposition reads these at scrape time.
+prometheus_client counter (docs/architecture.md B1); the exposition reads these at scrape time.
 Nothing here imports prometheus_client, so the I/O layer can report without it.
 """
 
@@ -57,7 +57,7 @@ class IpxCounters:
         self.dropped: Counter[str] = Counter()
         self.forward_kinds: Counter[str] = Counter()
         self.send_errors: Counter[str] = Counter()
-        # The same books per port kind and interface (issue 13): (kind, interface) received,
+        # The same books per port kind and interface: (kind, interface) received,
         # and (kind, interface, outcome, drop reason or "") for what became of them.
         self.port_received: Counter[tuple[str, str]] = Counter()
         self.port_outcomes: Counter[tuple[str, str, str, str]] = Counter()
@@ -136,7 +136,7 @@ class RelayCounters:
         )
 
 
-# Forwarding latency buckets: 25 us .. 10 ms (house style B1).
+# Forwarding latency buckets: 25 us .. 10 ms (docs/architecture.md B1).
 BUCKETS: Final = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3)
 
 

@@ -3,7 +3,7 @@
 Contract:
 
 - Routes are exact paths. A route is a plain function of the raw query string and runs on
-  the relay loop on purpose (house style B1): if the loop is stuck, nothing answers, and a
+  the relay loop on purpose (docs/architecture.md B1): if the loop is stuck, nothing answers, and a
   health checker times out. Nothing here moves work to a thread.
 - GET and HEAD only: any other method gets 405 (with ``Allow``), an unknown path 404, a
   request aiohttp cannot parse (or with a header line over ``MAX_FIELD_SIZE``) a 4xx, after

@@ -1,7 +1,7 @@
 """Prometheus exposition: a custom collector reading the bridge's plain counters at scrape time.
 
 Hot paths count in plain integers (~40 ns) instead of labelled prometheus_client counters
-(~2.7 us, house style B1); this collector turns them into metric families when /metrics is
+(~2.7 us, docs/architecture.md B1); this collector turns them into metric families when /metrics is
 scraped. Metric names live only in this module. Labels come from closed sets: paths, drop
 reasons, interfaces the operator selected, DirectPlay command labels, game titles from the
 table plus ``other`` — never peer IPs, IPX nodes or session names.
@@ -72,7 +72,7 @@ class IpxSnapshot:
     kernel_drops: int | None = None  # at the IPX socket; None: unknown (no /proc)
     counters: IpxCounters = field(default_factory=IpxCounters)
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
-    # Interface ports (issue 13): (kind, interface, stations learned, other bridges seen)
+    # Interface ports: (kind, interface, stations learned, other bridges seen)
     ports: tuple[tuple[str, str, int, int], ...] = ()
     ports_down: tuple[tuple[str, str], ...] = ()  # selected but not open: (kind, interface)
 
@@ -158,7 +158,7 @@ class BridgeCollector(Collector):
                 dropped.add_metric(["relay", reason], relay.dropped.get(reason, 0))
         yield dropped
 
-        # Never received, so not in the families above (house style: nothing lost silently).
+        # Never received, so not in the families above (nothing is lost silently).
         kernel = CounterMetricFamily(
             "ipxbridge_kernel_dropped_packets",
             "Datagrams the kernel dropped at the bridge's sockets before the bridge could read"
@@ -225,7 +225,7 @@ class BridgeCollector(Collector):
         )
         copies.add_metric(["ipx", "tunnel"], ipx.copies_sent)
         for (kind, iface), n in sorted(ipx.port_copies.items()):
-            copies.add_metric(["ipx", f"{iface}/{kind}"], n)  # interface ports (issue 13)
+            copies.add_metric(["ipx", f"{iface}/{kind}"], n)  # interface ports
         for name, n in sorted(relay.copies.items()):
             copies.add_metric(["relay", name], n)
         yield copies
@@ -372,7 +372,7 @@ def make_registry(snapshot: Callable[[], BridgeSnapshot]) -> CollectorRegistry:
 
 
 def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
-    """The IPX books per port (issue 13): each port's received = Σ its outcomes."""
+    """The IPX books per port: each port's received = Σ its outcomes."""
     counters = state.counters
     received = CounterMetricFamily(
         "ipxbridge_ipx_port_received_packets",

@@ -17,7 +17,7 @@ from ipxbridge.policy.sessions import players_text, status_text
 
 REFRESH_SECONDS: Final = 5
 
-# /api/clients kinds of stations learned on IPX interface ports (issue 13), as a person says
+# /api/clients kinds of stations learned on IPX interface ports, as a person says
 # them; the other kinds (dosbox, peer) are UDP clients and peers of the tunnel.
 STATION_KINDS: Final = {
     "ethernet": "native IPX",

@@ -6,7 +6,7 @@ the same port again is a legitimate repeat (a game resending the same announceme
 0.5 s retries of docs/reliability.md R5b) and passes, refreshing the record.
 
 A copy that comes back through the *same* port with a higher hop count than the first is a
-loop copy too (issue 13): two bridges on one segment that do not yet know each other (the
+loop copy too (interface ports): two bridges on one segment that do not yet know each other (the
 first second after one starts, before its beacon, policy/switch.py rule 8) hand each
 other's copies back onto the segment, and each returning copy arrives on the port the first
 came in on. A game repeating itself repeats its hop count; only a loop adds to it.
@@ -18,7 +18,7 @@ Clients are leaves, so identical packets from the same client are never loop cop
 
 The identity is an integer key chosen by the caller (a keyed hash, so that crafted
 collisions are not practical). Memory is bounded by ``max_entries``; the oldest record is
-evicted first. The clock is passed in (house style rule 2).
+evicted first. The clock is passed in (docs/architecture.md rule 2).
 """
 
 from typing import Generic, TypeVar

@@ -11,7 +11,7 @@ Contract:
 * Rule 3. PACKET / PACKET2_DATA fragments go through the bounded ``Reassembler``; a completed
   message is inspected once more (one level only: a reassembled message is not reassembled).
 * Rule 4. Counting labels come from closed sets (``command_label``) so metric series stay
-  bounded (house style B1).
+  bounded (docs/architecture.md B1).
 * Rule 5. ``play`` followed by 0xFF is DirectPlay's reliable protocol (``directplay`` Rule 7):
   counted as ``Reliable``, not as a command and never as malformed.
 

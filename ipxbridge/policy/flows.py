@@ -4,7 +4,7 @@ In ``rewrite`` source mode every relayed copy leaves from a *flow* socket, one p
 egress), so that a host's answer can be told apart and passed back to its player
 (``io/relay.py``). Each flow is a file descriptor, so the table is bounded; and a broadcast from
 a spoofed source is a single datagram, so a flood of them must not be able to fill the table
-and lock real players out until the flows idle out (issue 11 item 4; docs/reliability.md §0 item 9:
+and lock real players out until the flows idle out (docs/reliability.md R16, §0 item 9:
 per-source state bounded; R16). The rules:
 
 1. **Standing.** A flow is *unproven* until its player shows up again after a host answered

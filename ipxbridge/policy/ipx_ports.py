@@ -1,4 +1,4 @@
-"""Which interface ports the IPX switch has: the pure plan behind ``ipx.interfaces`` (issue 13).
+"""Which interface ports the IPX switch has: the pure plan behind ``ipx.interfaces``.
 
 Contract:
 

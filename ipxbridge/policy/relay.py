@@ -1,6 +1,6 @@
 """Broadcast fan-out decisions: which received broadcast goes where, and in what form.
 
-Rules (issue 4; docs/protocols.md section 7; docs/reliability.md items 3, 7, 8, R7, R9), applied in
+Rules (docs/protocols.md section 7; docs/reliability.md items 3, 7, 8, R7, R9), applied in
 order:
 
 1. Only datagrams that arrived on a selected interface are considered (``not_selected``).
@@ -36,7 +36,7 @@ order:
    carries the shared DSCP mark counts one hop lower than its TTL says: the kernel's copies
    keep the original's TTL (nftables cannot decrement it), so without this a fast-path
    bridge's copy of a broadcast this bridge relayed itself looks new and is echoed back to
-   the player's segment (issue 11 item 7).
+   the player's segment (mixed bridges, docs/reliability.md §4.1).
 7. DP4 SOCKADDR (docs/reliability.md D6, R7): every host a DP4 EnumSessions reaches opens a TCP
    connection to its SOCKADDR. A DP4 message whose SOCKADDR names an address other than
    0.0.0.0 or its own IP source is a reflection attempt and is dropped

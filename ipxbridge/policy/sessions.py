@@ -93,7 +93,7 @@ def dp8_lobby(resp: DP8EnumResponse) -> Lobby:
 
 
 def lobby_json(lobby: Lobby) -> dict[str, Any]:
-    """The lobby keys shared by ``/api/sessions`` and ``decode --json`` (issue 7 names)."""
+    """The lobby keys shared by ``/api/sessions`` and ``decode --json`` (fixed names)."""
     return {
         "max_players": lobby.max_players,
         "password": lobby.password,
@@ -306,7 +306,7 @@ class SessionTable:
 
 
 def session_json(session: Session, now: float, wall_now: float) -> dict[str, Any]:
-    """JSON form of a session (keys fixed by issue 3; extra keys are additions).
+    """JSON form of a session (fixed keys; extra keys are additions).
 
     The lobby keys are ``lobby_json``'s: ``max_players`` null means no limit, and
     ``join_disabled`` / ``started`` / ``head_to_head`` / ``map`` null mean "not announced".

@@ -78,7 +78,7 @@ Rules, in the order they are applied:
    destination node and would hand the packet to its game as if addressed to it (docs/protocols.md
    4.4; DOSBox's own server drops it). With no peer to try it is ``unknown_destination``.
 
-**Segments** (issue 13) are interface ports: one IPX segment reached through one interface
+**Segments** are interface ports: one IPX segment reached through one interface
 in one encapsulation (``PortKind``): native Ethernet frames, IPXWrapper's UDP, or RFC 1234
 hosts on a subnet. To the rules a segment is a port like a peer: nodes are learned behind it,
 an unknown unicast may go there (its stations ignore a node that is not theirs), and its hop
@@ -209,7 +209,7 @@ _CLIENT_NETS: Final = frozenset((ZERO_NET, ALL_NETS))  # networks clients delive
 
 
 class PortKind(StrEnum):
-    """The kinds of interface port (issue 13); DOSBox clients and peers are UDP addresses."""
+    """The kinds of interface port; DOSBox clients and peers are UDP addresses."""
 
     ETHERNET = "ethernet"  # native IPX frames on an AF_PACKET socket (docs/protocols.md 3.1)
     IPXWRAPPER = "ipxwrapper"  # IPXWrapper's own UDP encapsulation, port 54792 (6)

@@ -2,8 +2,8 @@
 
 ``ProvenTable`` holds what the switch learns from traffic (which port a node is behind, which
 bridges are on a segment). A flood of new keys from one sender must neither grow memory nor
-evict a quiet station that is known to be real (R24 in the README's "Interface ports under
-attack"), so entries live in two tiers:
+evict a quiet station that is known to be real (docs/reliability.md R24), so entries live in
+two tiers:
 
 * **unproven**: heard once, or only within ``PROOF_AFTER`` of when it was first heard. A flood
   of unique keys (one packet each) stays here and churns here.
@@ -16,7 +16,7 @@ Each tier evicts its least recently heard entry first (LRU through ``OrderedDict
 front of a plain dict). Evictions are counted by (table, tier); expiry is not an eviction.
 An owner that keeps figures over the values (the framing learner's count per framing) is told
 of every entry that leaves, by eviction, expiry or ``pop`` (``on_remove``). The clock is
-passed in (house style).
+passed in (docs/architecture.md).
 
 ``EgressGuard`` is the end-to-end bound on loops: a packet goes out of a given port at most
 once per window, whatever way it came in and whatever the other rules concluded.

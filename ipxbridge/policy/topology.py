@@ -2,7 +2,7 @@
 
 Contract:
 
-1. **Pure.** Nothing here touches a socket, netlink, a clock or a logger (house style rule 1).
+1. **Pure.** No socket, netlink, clock or logger here (docs/architecture.md rule 1).
    ``io/netlink.py`` (pyroute2) and ``io/interfaces.py`` (netifaces-plus, the fallback) read
    the kernel and hand the raw numbers to :func:`build_interface` and
    :meth:`InterfaceAddress.compute`; everything that interprets those numbers lives here so

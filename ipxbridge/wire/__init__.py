@@ -1,4 +1,4 @@
 """Pure wire codecs: bytes in, frozen dataclasses out, and back.
 
-Nothing here touches sockets, clocks, logging or metrics (house style rule 1).
+Nothing here touches sockets, clocks, logging or metrics (docs/architecture.md rule 1).
 """

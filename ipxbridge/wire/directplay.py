@@ -843,7 +843,7 @@ def _parse_body(
         return _parse_enum_sessions_reply(msg)
     if command in PACKET_COMMANDS:
         return _parse_packet(msg, command)
-    return None  # kept raw: house style A.3, unknown command ids are never fatal
+    return None  # kept raw: unknown command ids are never fatal (docs/architecture.md rule 3)
 
 
 def _parse_play(msg: bytes, header: SPHeader | None) -> DP4Message:

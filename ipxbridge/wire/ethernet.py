@@ -1,4 +1,4 @@
-"""Native IPX in Ethernet frames: the four Novell framings (issue 13, ``ethernet`` ports).
+"""Native IPX in Ethernet frames: the four Novell framings (``ethernet`` ports).
 
 Contract:
 
@@ -106,7 +106,7 @@ def parse_frame(frame: bytes | memoryview) -> EthernetIpx:
             ``eth_bad_ipx_length``.
     """
     # Offsets into the frame rather than nested views: this runs once per frame read from a
-    # promiscuous interface, on the IPX switch's latency path (issue 13 benchmark).
+    # promiscuous interface, on the IPX switch's latency path (docs/benchmarks.md, mixed ports).
     data = bytes(frame) if isinstance(frame, memoryview) else frame
     size = len(data)
     if size < ETH_HEADER_LEN:

@@ -31,7 +31,7 @@ Contract:
   as a sender's packet does (docs/protocols.md 3.1). Converting from IPX (``ipx_to_ipxwrapper``)
   drops the hop count: IPXWrapper stations are end hosts, so the count ends with them. Loop
   protection across IPXWrapper segments is therefore the switch's duplicate filter, not the
-  hop limit (issue 13 item 2).
+  hop limit (docs/reliability.md R19).
 * Rule 3. Packets from source socket 0 are IPXWrapper's internal "magic" packets
   (``IpxWrapperMagic``): type 1 asks for SPX-over-TCP addresses, type 2 is a coalesced
   batch. They are decoded like any packet; ``magic`` names them and the caller decides.

@@ -148,7 +148,7 @@ def check_ipx(data: bytes) -> None:
 
 def check_ethernet(data: bytes) -> None:
     """A frame off an AF_PACKET socket: one error of the closed set, or an IPX packet that
-    fits its framing and builds back into a frame that parses the same (issue 13)."""
+    fits its framing and builds back into a frame that parses the same."""
     try:
         frame = ethernet.parse_frame(data)
     except ethernet.EthernetError as exc:

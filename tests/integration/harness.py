@@ -248,8 +248,8 @@ class DosBox:
         self._log.close()
 
 
-# A base budget for unverified clients, which the defaults do not give: the README's setting
-# for finding silent hosts (``ipx.unverified_*``, policy/switch.py rule 2).
+# A base budget for unverified clients, which the defaults do not give: the setting of
+# docs/ipx.md for finding silent hosts (``ipx.unverified_*``, policy/switch.py rule 2).
 BASE_BUDGET_ENV = {
     "IPXBRIDGE_IPX__UNVERIFIED_PACKETS_PER_SECOND": "4",
     "IPXBRIDGE_IPX__UNVERIFIED_PACKET_BURST": "8",

@@ -1,6 +1,6 @@
 """The container image, built from the repository's Dockerfile and run as the README says.
 
-Issue 14. With podman (no Docker engine here) and a Debian bookworm base made with
+With podman (no Docker engine here) and a Debian bookworm base made with
 debootstrap, standing in for ``python:3.12-slim-bookworm`` (``tests/integration/container.py``
 says what it is and why). The image is built once per session; everything lives in a temp
 dir (podman's storage included) and in network namespaces made here, and is removed after.

@@ -338,7 +338,7 @@ def promiscuity(ns: str, dev: str) -> int:
 def test_native_ipx_port_opens_as_10001_with_net_raw_alone(
     net: Netns, launcher: Launcher, workdir: Path
 ) -> None:
-    """Least privilege for issue 13: an ethernet port needs NET_RAW, and nothing more.
+    """Least privilege for interface ports: an ethernet port needs NET_RAW, and nothing more.
 
     In rewrite mode the relay needs no raw socket, but the IPX interface port keeps NET_RAW
     (an AF_PACKET socket). Promiscuous mode comes with the socket's membership

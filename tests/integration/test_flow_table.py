@@ -1,4 +1,4 @@
-"""Rewrite-mode flow table under spoofed one-packet sources (issue 11 item 4, docs/reliability.md
+"""Rewrite-mode flow table under spoofed one-packet sources (docs/reliability.md
 R16).
 
 Topology (private to the namespaces made here)::
@@ -238,7 +238,7 @@ def test_spoofed_one_packet_sources_never_lock_a_player_out(topo: Topo, workdir:
 
 @pytest.mark.netns
 def test_flow_flood_campaign_script_runs_and_judges(net: Netns) -> None:
-    """bench/flow_flood.py (the README's R16 figure) still runs: a short flood, both players
+    """bench/flow_flood.py (docs/reliability.md R16) still runs: a short flood, both players
     answered every time, evictions exported, descriptors bounded, namespaces removed."""
     code, out = run_bench("flow_flood.py", "--sources=4000", "--after=1", timeout=120)
     assert code == 0, out

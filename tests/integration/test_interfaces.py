@@ -123,7 +123,7 @@ def test_interfaces_json(net: Netns, box: str, wg_name: str) -> None:
         wg_name: "wireguard",  # a tun device, recognised by its UAPI socket
     }
     lan = found["lan0"]
-    # computed, although the kernel has no broadcast for this address (docs/reliability.md 8)
+    # computed, although the kernel has no broadcast for this address (docs/reliability.md item 8)
     assert lan["addresses"] == [
         {"address": "10.61.1.1", "prefixlen": 24, "broadcast": "10.61.1.255", "peer": None}
     ]
@@ -205,7 +205,7 @@ def api_interfaces(net: Netns, ns: str) -> list[dict[str, Any]]:
 def test_interfaces_prints_the_plan_the_relay_executes(
     net: Netns, box: str, wg_name: str, workdir: Path
 ) -> None:
-    """Issue 12 item 3, one plan, not two: the command's plan is the running relay's.
+    """One plan, not two: the command's plan is the running relay's.
 
     lan0 gets a second address: the relay (policy.relay.build_plan) sends to the first
     address's subnet broadcast only, where the command used to promise one broadcast per
@@ -351,7 +351,7 @@ def _ipx_log_line(log: str) -> dict[str, str]:
 def test_interfaces_shows_the_ipx_ports_the_bridge_opens(
     net: Netns, box: str, wg_name: str, workdir: Path
 ) -> None:
-    """Issue 13 item 4: what IPX does on each NIC is the plan the IPX service applies.
+    """What IPX does on each NIC is the plan the IPX service applies.
 
     The same --ipx-iface flags go to the command and to ``run``; the ports the command
     plans are the ones the bridge logs as open, and the kinds it skips the bridge logs as

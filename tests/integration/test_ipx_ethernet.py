@@ -1,4 +1,4 @@
-"""Native Ethernet IPX ports end to end (issue 13): scapy builds, tshark decodes, DOSBox talks.
+"""Native Ethernet IPX ports end to end: scapy builds, tshark decodes, DOSBox talks.
 
 Topology (namespaces this file creates, addresses private to them):
 
@@ -434,7 +434,7 @@ def client_send(client: Client, dst: bytes, payload: bytes, sock: int = DATA_SOC
 
 @dataclass
 class Books:
-    """The per-port books of /metrics (issue 13)."""
+    """The per-port books of /metrics."""
 
     received: dict[tuple[str, str], float]
     outcomes: dict[tuple[str, str, str, str], float]

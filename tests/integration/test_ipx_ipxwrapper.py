@@ -1,4 +1,4 @@
-"""IPXWrapper's UDP and RFC 1234 segments as ports of the IPX switch, end to end (issue 13).
+"""IPXWrapper's UDP and RFC 1234 segments as ports of the IPX switch, end to end.
 
 Stand-ins, each written from docs/protocols.md and behaving like the real thing:
 
@@ -445,7 +445,7 @@ def test_dp4_enum_sessions_from_ipxwrapper_station_lists_the_session(
     """IPXWrapper's DirectPlay SP enumerates; a host on the DOSBox side answers (1.9, 6).
 
     That host has sent nothing since it registered: the enumeration reaches it only with a
-    base budget for unverified clients (README, "Verification"), as on a bridge set up to
+    base budget for unverified clients (docs/ipx.md, "Verification"), as on a bridge set up to
     find silent hosts. Its answer carries its keyed node, which verifies it.
     """
     with site(net, workdir, wireguard=True, rfc1234=False, env=BASE_BUDGET_ENV) as s:

@@ -1,4 +1,4 @@
-"""IPX interface ports in a live topology (issue 13): loops between bridges, churn, addresses.
+"""IPX interface ports in a live topology: loops between bridges, churn, addresses.
 
 Everything runs in namespaces this file creates (the ``net`` fixture removes them).
 

@@ -84,7 +84,7 @@ def wait_for_text(dosbox: DosBox, name: str, text: str, timeout: float) -> None:
 @pytest.mark.parametrize("idle_speaks", [True, False], ids=["defaults", "base_budget"])
 def test_two_dosbox_clients_ping_each_other(net: Netns, workdir: Path, idle_speaks: bool) -> None:
     """With the defaults a client is sent nothing beyond its registration reply until it has
-    sent something: the idle DOSBox pings once first. With a base budget (the README's
+    sent something: the idle DOSBox pings once first. With a base budget (docs/ipx.md's
     setting for finding silent hosts) it need not: the bridge's probe and the other's ping
     reach it, and its answer proves it."""
     box, c1, c2 = one_bridge(net)

@@ -1,4 +1,4 @@
-"""pcapng as Wireshark's own tools write it, read by ``ipxbridge decode --pcap`` (issue item 9).
+"""pcapng as Wireshark's own tools write it, read by ``ipxbridge decode --pcap``.
 
 The files come from the real tools, never from our code: ``editcap -F pcapng`` converts the
 shipped classic capture, ``text2pcap`` wraps the DirectPlay vectors in Ethernet or raw-IP

@@ -1,4 +1,4 @@
-"""The switch against clients that behave the way real ones do (issue: real clients and games).
+"""The switch against clients that behave the way real ones do (real clients and games).
 
 Each stand-in client reproduces a documented behaviour of a real one (docs/protocols.md):
 
@@ -221,7 +221,7 @@ def test_silent_ipxwrapper_host_stays_registered_and_is_found(net: Netns, workdi
     # here, ~20 s at the default 5 s). 12 s of silence = 12 keepalive intervals, the same
     # number as 60 s at the default; the unit test runs the full 60 s on an injected clock.
     # A host that never sent anything is found only with a base budget for unverified
-    # clients (README, "Verification": the setting for a bridge only players reach); its
+    # clients (docs/ipx.md, "Verification": the setting for a bridge only players reach); its
     # answer carries its keyed node, which verifies it.
     box, c1, c2 = one_bridge(net)
     bridge = start_bridge(
@@ -270,7 +270,7 @@ def test_unverified_client_gets_its_budget_and_the_rest_is_counted(
 ) -> None:
     # A registration is one spoofable datagram: until the address proves it receives, the
     # bridge aims at it no more than it sent (defaults: its registration paid for its reply,
-    # so nothing), or a small configured budget (README, "Verification").
+    # so nothing), or a small configured budget (docs/ipx.md, "Verification").
     box, c1, c2 = one_bridge(net)
     env = {k: v for k, v in BASE_BUDGET_ENV.items() if "RATIO" not in k} if base_budget else {}
     bridge = start_bridge(net, box, workdir, **env)
@@ -294,7 +294,7 @@ def test_unverified_client_gets_its_budget_and_the_rest_is_counted(
 
 @pytest.mark.netns
 def test_with_the_defaults_a_silent_host_is_sent_nothing(net: Netns, workdir: Path) -> None:
-    # What the defaults give up (README): a host that registered and never sent anything
+    # What the defaults give up (docs/ipx.md): a host that registered and never sent anything
     # is neither pinged nor sent the enumeration; the copy is held and counted. A spoofed
     # registration is treated the same way, which is the point.
     box, c1, c2 = one_bridge(net)

@@ -369,7 +369,7 @@ def relay_books(t: Net) -> tuple[dict[str, float], dict[str, float]]:
 
 @pytest.mark.netns
 def test_relay_books_balance_over_a_mix_of_every_outcome(topo: Net, workdir: Path) -> None:
-    """Issue item 5: every datagram read from any relay socket — broadcasts, a host's answers
+    """Every datagram read from any relay socket — broadcasts, a host's answers
     on a flow socket, a player's datagrams on a return socket — is received once (on an
     interface) and relayed or dropped with one reason. flow_limit and return_not_player drops
     used to be counted without ever having been received."""
@@ -442,7 +442,7 @@ def test_relay_books_balance_over_a_mix_of_every_outcome(topo: Net, workdir: Pat
 
 @pytest.mark.netns
 def test_a_slow_nft_never_stalls_the_loop(net: Netns, workdir: Path) -> None:
-    """The fast path's nft calls run off the loop (issue 10 item 6): an nft that takes 3 s to
+    """The fast path's nft calls run off the loop: an nft that takes 3 s to
     list the counters (read every 5 s) must not delay the bridge's answers. The slow nft is a
     wrapper in PATH around the real one: a stall that cannot be produced on demand otherwise.
     """
@@ -521,7 +521,7 @@ def wire_tos(ns: str, ifname: str, port: int) -> tuple[socket.socket, Callable[[
 def test_python_copies_carry_the_fast_paths_mark_and_mixed_bridges_do_not_echo(
     net: Netns, workdir: Path, mode: str
 ) -> None:
-    """Issue 11 item 7. A fast-path bridge never fans out a copy carrying the shared DSCP mark
+    """Mixed bridges. A fast-path bridge never fans out a copy carrying the shared DSCP mark
     (0x2E, TOS 0xB8); the Python path's copies used to leave unmarked (TOS 0), so a fast-path
     bridge on the same segments copied each of them back to the player's segment."""
     seg_a, seg_b = segment(net, "sa"), segment(net, "sb")

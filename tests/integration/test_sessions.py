@@ -68,7 +68,7 @@ def test_probed_sessions_are_listed_and_expire(net: Netns, workdir: Path) -> Non
     net.link(box, "lan", "10.51.0.1/24", host, "eth0", "10.51.0.20/24")
     # The fake IPX host registers and waits silently for enumerations, as a DirectPlay host
     # does: the bridge's own probes reach it only with a base budget for unverified clients
-    # (README, "Verification"), which a bridge that lists silent IPX hosts must have.
+    # (docs/ipx.md, "Verification"), which a bridge that lists silent IPX hosts must have.
     env = {"IPXBRIDGE_DIRECTPLAY__SESSION_EXPIRY": "4", **BASE_BUDGET_ENV}
     bridge = BridgeProcess(
         net, box, "--probe-interval", "1", "--ipx-listen", "10.51.0.1:213", log_dir=workdir, env=env

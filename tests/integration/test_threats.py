@@ -5,7 +5,7 @@ Linux bridge with ethernet + ipxwrapper on ``lan0`` and peered over a link of th
 native Ethernet II station, an IPXWrapper host, quiet stations, remote DOSBox-protocol clients
 that never answer pings, an attacker with a raw AF_PACKET socket, a plain UDP socket and a raw
 IP socket) measures every attack once; each test below judges one of them by the pass figure
-of R19-R24 (and R7 for the rejoin), the README's "Interface ports under attack". The script
+of R19-R24 (and R7 for the rejoin), docs/reliability.md §4.2. The script
 and these tests share the measurements: nothing here sends a packet.
 
 The figures each test reads are in the script's JSON (``attacks.NAME.values``); the failure
@@ -123,7 +123,7 @@ def test_r22_batches_to_filtered_sockets_are_filtered(threats: dict[str, Any]) -
 
 @pytest.mark.netns
 def test_malformed_frames_are_counted_without_tracebacks(threats: dict[str, Any]) -> None:
-    """The issue's passing row, kept as a control: it passes before the changes too."""
+    """The table's passing row, kept as a control: it passes before the changes too."""
     v, rows = attack(threats, "malformed")
     assert v["tracebacks"] == 0, rows
     assert v["received"] == v["outcomes"], rows

@@ -1,4 +1,4 @@
-"""Configuration: every error with FILE:LINE, overrides, CLI exit codes (house style B4)."""
+"""Configuration: every error with FILE:LINE, overrides, exit codes (docs/architecture.md B4)."""
 
 import subprocess
 import sys
@@ -74,7 +74,7 @@ def test_good_file() -> None:
                 ":7: logging.level: Input should be 'debug', 'info', 'warning' or 'error'",
             ],
         ),
-        # Issue 11 item 8: PyYAML keeps the last of two equal keys without a word.
+        # PyYAML keeps the last of two equal keys without a word.
         (
             "duplicate_key.yaml",
             [
@@ -181,7 +181,7 @@ def test_flags_override_environment() -> None:
     assert cfg.ipx.listen == "127.0.0.1:2000"
 
 
-# --- ipx.interfaces (issue 13): every error with FILE:LINE and the entry's path ----------
+# --- ipx.interfaces: every error with FILE:LINE and the entry's path ----------
 
 IPX_KINDS_YAML = """\
 ipx:
@@ -392,7 +392,7 @@ def test_bad_flag_is_usage_error() -> None:
 @pytest.mark.parametrize("command", ["run", "sessions", "interfaces"])
 @pytest.mark.parametrize("name", ["", "  "])
 def test_empty_iface_flag_is_a_usage_error_naming_the_flag(command: str, name: str) -> None:
-    """Issue 11 item 8: ``--iface ''`` used to start a bridge that relays nothing."""
+    """``--iface ''`` used to start a bridge that relays nothing."""
     extra = ["--probe"] if command == "sessions" else []
     res = run_cli(command, *extra, "--iface", name)
     assert res.returncode == 2
@@ -440,12 +440,12 @@ def test_every_example_passes_check_config(path: Path, capsys: pytest.CaptureFix
     assert capsys.readouterr().out.strip() == f"{path}: OK"
 
 
-# Left out of the embedded file on purpose: a long table users rarely change (README lists it).
+# Left out of the embedded file on purpose: a table users rarely change (docs/protocols.md 3.1).
 NOT_IN_EMBEDDED_YAML = {("ipx", "filtered_sockets")}
 
 
 def test_the_embedded_yaml_and_the_model_give_every_default_alike() -> None:
-    """Issue 12 item 4: each default is written twice (the YAML users see and print, the
+    """Each default is written twice (the YAML users see and print, the
     pydantic model); field by field they must agree, and every field is in the YAML."""
     shown = yaml.safe_load(DEFAULT_CONFIG_YAML)
     model = Config().model_dump(mode="json")

@@ -1,6 +1,6 @@
 """deploy/config.example.yaml is exactly what ``ipxbridge print-default-config`` prints.
 
-The README calls it the default configuration; a key or a comment changed in one place only
+docs/configuration.md calls it the complete reference; a key or a comment changed in one place only
 would make it lie.
 """
 

@@ -31,7 +31,7 @@ GENERATOR = GRAFANA_DIR / "generate_dashboard.py"
 DASHBOARD = GRAFANA_DIR / "ipxbridge.json"
 
 DASHBOARD_UID = "ipxbridge"
-RUNBOOK_BASE = "https://github.com/ipxbridge/ipxbridge/blob/main/README.md#"
+RUNBOOK_BASE = "https://github.com/ipxbridge/ipxbridge/blob/main/docs/metrics.md#"
 DASHBOARD_URL_BASE = f"https://grafana.example.com/d/{DASHBOARD_UID}/"
 JOB_MATCHER = 'job=~"ipxbridge.*"'
 

@@ -1,7 +1,7 @@
-"""DirectPlay codec: the shared vectors decode to their documented fields and re-encode
+"""DirectPlay codec: the test vectors decode to their documented fields and re-encode
 byte-exact; classification (the 512/768-byte trap); builders; stream framing; error reasons.
 
-Vectors: ``tests/unit/vectors/vectors.txt`` (a copy of shared/vectors, docs/protocols.md 9, 4.2).
+Vectors: ``tests/unit/vectors/vectors.txt`` (docs/protocols.md 9, 4.2).
 """
 
 import dataclasses
@@ -346,7 +346,7 @@ def test_every_documented_version_is_accepted(version: int) -> None:
 
 @pytest.mark.parametrize("version", [dp.VERSION_DX3, 0x02, 0x06, dp.VERSION_DX5, dp.VERSION_DX5A])
 def test_versions_below_dx6_are_decoded(version: int) -> None:
-    """Issue 8: DX3 = 1, DX5 = 7, DX5a = 8 (and what lies between) decode like DX6+."""
+    """Old versions: DX3 = 1, DX5 = 7, DX5a = 8 (and what lies between) decode like DX6+."""
     assert (dp.VERSION_DX3, dp.VERSION_DX5, dp.VERSION_DX5A) == (1, 7, 8)
     desc = SessionDesc(0, uuid.UUID(int=5), ARMADA, 8, 1, (0, 0, 0, 0))
     reply = EnumSessionsReply(desc, "DX5 host")
@@ -785,7 +785,7 @@ def test_dp8_frame_names_beyond_the_vectors() -> None:
     assert dp.dp8_frame_name(DP8Frame(0x88, 0x09, 0, 0, 0, 0, 0)) == "Unknown0x09"
 
 
-# --- leniency where the layout allows it (issue 8) --------------------------------------------
+# --- leniency where the layout allows it ---------------------------------------------------
 
 
 def test_dp8_reply_offset_zero_with_a_response_size_has_no_reply() -> None:

@@ -138,7 +138,7 @@ FIELDS: Final = [
         "0": OK, "1": OFFSET, "min-1": OFFSET, "min": OK, "min+1": OK, "len-1": STRING,
         "len": STRING, "len+1": OFFSET, "0xFFFF": OFFSET, "0xFFFFFFFF": OFFSET,
     }),
-    # A name may run to the end of the message without its NUL (issue 8): at len it is "",
+    # A name may run to the end of the message without its NUL: at len it is "",
     # at len-1 one byte, which is no UTF-16 code unit.
     Field("enum_sessions_reply.name_offset", B, 108, 92, 114, dp.parse_dp4, {
         "0": OK, "1": OFFSET, "min-1": OFFSET, "min": OK, "min+1": OK, "len-1": STRING,
@@ -160,7 +160,7 @@ FIELDS: Final = [
         "0": OFFSET, "1": OFFSET, "min-1": OFFSET, "min": OK, "min+1": OFFSET, "len-1": OFFSET,
         "len": OFFSET, "len+1": OFFSET, "0xFFFF": OFFSET, "0xFFFFFFFF": OFFSET,
     }),
-    # "min" (2 bytes) is the name's first character without a NUL: accepted (issue 8)
+    # "min" (2 bytes) is the name's first character without a NUL: accepted
     Field("dp8_response.session_name_size", D3, 32, 2, 26, dp.parse_dp8_enum_response, {
         "0": OK, "1": STRING, "min-1": STRING, "min": OK, "min+1": STRING,
         "len-1": STRING, "len": OK, "len+1": OFFSET, "0xFFFF": OFFSET, "0xFFFFFFFF": OFFSET,
@@ -168,7 +168,7 @@ FIELDS: Final = [
     # size 0 means "absent", whatever the offset says
     Field("dp8_response.reply_offset(size 0)", D3, 4, 88, 114, dp.parse_dp8_enum_response,
           dict.fromkeys(LABELS, OK)),
-    # ReplyOffset 0 means no reply whatever ResponseSize says (docs/protocols.md 2.3; issue 8)
+    # ReplyOffset 0 means no reply whatever ResponseSize says (docs/protocols.md 2.3)
     Field("dp8_response.reply_size(offset 0)", D3, 8, 0, 26, dp.parse_dp8_enum_response,
           dict.fromkeys(values(0, 26), OK)),
     Field("dp8_response.reply_size(offset 88)", with_reply_offset(88), 8, 0, 26,
@@ -341,7 +341,7 @@ TRUNCATIONS: Final[dict[str, tuple[bytes, Callable[[bytes], object], Ranges]]] =
     "b(bare)": (
         B[20:],
         lambda d: dp.parse_dp4(d, bare=True),
-        # The name may end with the message, NUL or not (issue 8): whole code units parse
+        # The name may end with the message, NUL or not: whole code units parse
         # (a shorter name), half of one is dplay_bad_string.
         [
             (92, TRUNC),

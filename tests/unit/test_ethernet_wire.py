@@ -1,4 +1,4 @@
-"""Byte tables for native IPX in Ethernet frames (issue 13; docs/protocols.md 3.1), with scapy as
+"""Byte tables for native IPX in Ethernet frames (docs/protocols.md 3.1, 10), with scapy as
 oracle.
 
 The frames below are written by hand from the framings' definitions (IEEE 802.3 length/type,
@@ -253,7 +253,7 @@ A = hx("00A0C9000001")
 B = hx("00A0C9000002")
 
 
-# --- scapy as an independent oracle (issue 13 "Tests") ----------------------------------------
+# --- scapy as an independent oracle ----------------------------------------------------------
 # scapy 2.8 has no IPX layer: the IPX packet comes from wire.ipx.build_packet, and scapy does
 # the Ethernet II / 802.3 / LLC / SNAP layers on both sides.
 

@@ -123,7 +123,7 @@ def test_reassembly_property_catches_a_budget_overrun(monkeypatch: pytest.Monkey
 def test_relay_property_catches_an_exception_out_of_decide(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue item 4 re-planted: rewrite mode without its guard lets DPlayError out."""
+    """An old bug re-planted: rewrite mode without its guard lets DPlayError out."""
 
     class UnrelatedError(Exception):
         pass

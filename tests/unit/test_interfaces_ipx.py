@@ -1,4 +1,4 @@
-"""``ipxbridge interfaces``: what IPX does on each NIC (issue 13 item 4), pure part.
+"""``ipxbridge interfaces``: what IPX does on each NIC, pure part.
 
 The command's IPX ports are ``policy.ipx_ports.plan_ports``'s for the same topology and
 WireGuard peers (one plan, as for the relay): these tests compare against that function and

@@ -1,4 +1,4 @@
-"""Which interface ports the IPX switch gets: ``policy/ipx_ports.plan_ports`` (issue 13).
+"""Which interface ports the IPX switch gets: ``policy/ipx_ports.plan_ports``.
 
 Topologies are built with the same helpers as the relay's tests (flags as this kernel
 reports them for veth, tun and wireguard-go devices: tests/unit/test_topology.py).

@@ -1,4 +1,4 @@
-"""House style rule 1: ``wire`` and ``policy`` are pure, and imports point inward."""
+"""docs/architecture.md rule 1: ``wire`` and ``policy`` are pure, and imports point inward."""
 
 import ast
 import sys
@@ -57,7 +57,7 @@ def test_pure_layers(layer: str) -> None:
                 )
 
 
-# The outer layers (issue 12 item 5). io/ reports through the plain counters of obs/counters
+# The outer layers. io/ reports through the plain counters of obs/counters
 # and logs through obs/logging; it never pulls in the exposition (prometheus_client), the
 # HTTP server (aiohttp) or the composition root. obs/ reads policy/ and wire/ and never
 # reaches into io/ or app/. Only app/ wires them together.
@@ -201,7 +201,7 @@ def test_no_import_circle() -> None:
     assert [" -> ".join(c) for c in circles] == []
 
 
-# Well-known ports: each defined once, by the codec of its protocol (issue 12 item 2). They
+# Well-known ports: each defined once, by the codec of its protocol. They
 # used to be written out in eight places that disagreed (2300-2400 against 2302-2400).
 WELL_KNOWN_PORTS = {213, 47624, 6073, 2300, 2302, 2400, 2401}
 
@@ -234,7 +234,7 @@ def test_one_dp8_port_rule_and_the_defaults_agree() -> None:
 
 
 def test_no_constant_is_defined_twice() -> None:
-    """One owner per constant (issue 12 item 2): a module-level UPPER_CASE name given the same
+    """One owner per constant: a module-level UPPER_CASE name given the same
     literal value in two modules is one rule written twice (SO_BINDTODEVICE and the Winsock
     AF_INET were, in the prober and the relay)."""
     owners: dict[tuple[str, str], list[str]] = {}

@@ -1,4 +1,4 @@
-"""pcapng in ``ipxbridge decode --pcap`` (issue item 9): every interface, link type and
+"""pcapng in ``ipxbridge decode --pcap``: every interface, link type and
 timestamp resolution, both byte orders, and damaged files as one clear reason.
 
 Two kinds of input. The vectors ``dplay_vectors.pcapng`` and ``dplay_interfaces.pcapng``

@@ -132,7 +132,7 @@ def plan(bridge: Bridge) -> list[tuple[str, tuple[str, ...]]]:
 def test_a_stuck_wireguard_uapi_socket_never_stalls_the_loop(
     wg_site: Config, tmp_path: Path
 ) -> None:
-    """Issue item 6: the plan used to read WireGuard peers on the loop (at start and on every
+    """The plan used to read WireGuard peers on the loop (at start and on every
     10 s refresh); a wireguard-go that accepts and never answers froze forwarding and
     /-/healthy for the UAPI timeout (1 s per interface). A hung daemon cannot be produced on
     demand, so a fake UAPI socket stands in for it."""

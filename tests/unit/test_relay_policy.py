@@ -152,7 +152,7 @@ def bad_sockaddr(family: bytes = b"\x02\x00", sin_zero: bytes = bytes(8)) -> byt
     ids=["af_ipx", "family_ffff", "sin_zero"],
 )
 def test_rewrite_mode_drops_a_dp4_header_it_cannot_rewrite(payload: bytes) -> None:
-    """Rule 7: decide() used to raise DPlayError into the receive loop here (issue item 4)."""
+    """Rule 7: decide() used to raise DPlayError into the receive loop here."""
     d = policy(SourceMode.REWRITE).decide(
         payload, src=PLAYER, dst_ip="255.255.255.255", dst_port=47624, ingress=2, ttl=64, now=0.0
     )
@@ -315,7 +315,7 @@ def test_nft_ruleset_copies_and_loop_guard() -> None:
     assert script.count("ip dscp set 0 ip daddr set 255.255.255.255") == 3
 
 
-# --- hostile sources (issue 11 items 2, 3, 7; docs/reliability.md R7, R9) -----------------------
+# --- hostile sources (docs/reliability.md R7, R9) -------------------------------------------------
 
 
 @pytest.mark.parametrize("mode", list(SourceMode))

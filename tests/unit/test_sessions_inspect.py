@@ -308,7 +308,7 @@ def test_sessions_text_table_shows_map_and_status() -> None:
     assert " open " not in row
 
 
-# --- decoder leniency (issue 8) as the game list sees it ---------------------------------------
+# --- decoder leniency as the game list sees it -----------------------------------------------
 
 
 @pytest.mark.parametrize("version", [1, 7, 8])  # DX3, DX5, DX5a

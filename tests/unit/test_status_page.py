@@ -1,6 +1,6 @@
 """The status page (``/``): IPX clients, stations on interface ports and the ports themselves.
 
-Issue 13 item 4: the page lists native and IPXWrapper stations with their interface and
+The page lists native and IPXWrapper stations with their interface and
 framing (``/api/clients`` items of kind ethernet, ipxwrapper, rfc1234) and every interface
 port, open or not and why.
 """

@@ -77,7 +77,7 @@ def join_by_probe(sw: IpxSwitch, addr: Address, now: float = 0.0) -> None:
 # A game announcing itself (``join``); the tests' own traffic uses 0x4545.
 ANNOUNCE_SOCKET = 0x4546
 # A base budget for unverified clients, which the defaults do not give (0): what finds a
-# silent DirectPlay host behind IPXWrapper (README, "Verification"); probes then go out
+# silent DirectPlay host behind IPXWrapper (docs/ipx.md, "Verification"); probes then go out
 # whether or not the client earned them.
 BASE_BUDGET: dict[str, object] = {
     "unverified_packets_per_second": 4.0,
@@ -354,7 +354,7 @@ def test_silent_dplay_host_answers_an_enumeration_60_s_after_registering() -> No
 
 
 def test_with_the_defaults_a_silent_host_gets_nothing_until_it_speaks() -> None:
-    # What the defaults give up (README): an enumeration to a host that never sent anything
+    # What the defaults give up (docs/ipx.md): an enumeration to a host that never sent anything
     # is held, not sent, and counted. Once the host sends a packet it is verified.
     sw = make()
     host, player = A, B

@@ -1,4 +1,4 @@
-"""Segments as switch ports (issue 13): rules 6-8 for native, IPXWrapper and RFC 1234 ports.
+"""Segments as switch ports: rules 6-8 for native, IPXWrapper and RFC 1234 ports.
 
 Pure: the switch is driven with IPX packets and an injected clock, as the I/O layer drives
 it (``io/segments.py`` hands ``handle_segment`` the IPX packet of each frame or datagram,

@@ -373,7 +373,7 @@ def test_unicast_targets_keeps_host_routes_only() -> None:
 
 
 # --- the interfaces command's plan (pure part) --------------------------------------------
-# Issue 12 item 3, "one plan, not two": the command's plan is policy.relay.build_plan's, fed
+# "One plan, not two": the command's plan is policy.relay.build_plan's, fed
 # the same selections and WireGuard peers as the bridge (app.py), never a second planner.
 
 WG_PEERS = {"wg0": ["10.98.0.2"]}

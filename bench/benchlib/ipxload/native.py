@@ -1,7 +1,7 @@
 """Native IPX stations for the mixed-ports bench: one AF_PACKET socket per station on a veth.
 
 A station behaves like a NetWare or Windows 9x IPX stack on one Ethernet card (docs/protocols.md
-section 3.1; issue 13): its IPX node is its MAC, it speaks one fixed framing, it sends a
+section 3.1): its IPX node is its MAC, it speaks one fixed framing, it sends a
 broadcast to ``ff:ff:ff:ff:ff:ff`` and a unicast to the destination node taken as a MAC (for a
 DOSBox client that is its IPv4 + port pseudo-MAC, which the bridge catches promiscuously), and
 it takes in only frames addressed to its MAC or to the broadcast MAC, in its own framing, as a

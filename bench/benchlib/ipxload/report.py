@@ -198,7 +198,7 @@ def check_targets(summary: JsonDict, clients: int, secs: float) -> JsonDict:
 
 
 def _mixed_targets(targets: JsonDict, summary: JsonDict, clients: int) -> None:
-    """Issue 13's: 8 DOSBox + 8 native at 250/s >= 99 % delivered; native -> DOSBox -> native
+    """Mixed ports: 8 DOSBox + 8 native at 250/s >= 99 % delivered; native -> DOSBox -> native
     RTT median <= 200 us."""
     name = mixed_name(clients, 250.0)
     ratio = summary.get(name, {}).get("ipxbridge", {}).get("delivery_ratio")
@@ -385,7 +385,7 @@ def _range(span: list[float] | None, spec: str, scale: float = 1.0) -> str:
 
 
 def render_mixed(comparison: JsonDict, rounds: int, secs: float) -> str:
-    """The side-by-side table, in Markdown so that the README can quote it as it is."""
+    """The side-by-side table, in Markdown so that docs/benchmarks.md can quote it as it is."""
     rate = fmt_rate(comparison["rate"])
     out = [
         f"Mixed ports beside DOSBox only, ipxbridge, same run: {rate} broadcasts/s per station "

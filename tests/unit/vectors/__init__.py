@@ -1,4 +1,4 @@
-"""DirectPlay test vectors, copied from ``shared/vectors`` so the tests stand alone.
+"""DirectPlay test vectors, kept here so the tests stand alone (docs/protocols.md 9, 4.2).
 
 ``vectors.txt`` is a commented hex dump: a ``## name  description (N bytes)`` line, then
 ``OOOO  xx xx ...`` rows. ``dplay_vectors.pcap`` holds the same frames inside Ethernet/IPv4
