@@ -8,6 +8,7 @@ the same rules on a running bridge's /metrics.
 
 import asyncio
 import socket
+from pathlib import Path
 
 from prometheus_client import generate_latest
 
@@ -24,6 +25,8 @@ from ipxbridge.policy.switch import IpxSwitch, SwitchSettings
 from tests.port_labels import families, port_label_problems, ports_by_family
 from tests.unit.test_switch import SERVER_NODE
 from tests.unit.test_switch_batches import BROADCAST, ETH0, raw
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def _ipx_traffic() -> tuple[IpxCounters, int, int]:
@@ -133,3 +136,12 @@ def test_a_problem_is_reported_for_a_port_named_two_ways() -> None:
     problems = port_label_problems(families(text))
     assert any("ipxbridge_received_packets{path='ipx'}" in p for p in problems), problems
     assert any("ipxbridge_ipx_port_received_packets" in p for p in problems), problems
+
+
+def test_the_doc_lists_every_family() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    suffix = {"counter": "_total"}
+    for family in make_registry(BridgeSnapshot).collect():
+        if family.name.startswith("ipxbridge_"):
+            name = family.name + suffix.get(family.type, "")
+            assert f"| `{name}` |" in text, f"docs/metrics.md: {name} has no row"
