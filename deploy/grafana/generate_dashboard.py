@@ -10,7 +10,11 @@ The dashboard follows the grafana/dashboard-linter rules (checked by
 ``tests/unit/test_deploy_observability.py``): a templated Prometheus data source used by
 every panel and target, ``job``/``instance`` variables matched by every query,
 ``[$__rate_interval]`` in every ``rate()``, and a title, description and unit on every panel.
-Only the standard library is used, so the script runs anywhere Python 3.11 does.
+Every family the bridge exports (ipxbridge/obs/metrics.py) is used by a panel, or listed in
+``NOT_CHARTED`` with the reason (the same test checks it against the real registry). Ports
+are labelled ``kind`` + ``interface`` in every family (docs/metrics.md), so per-port legends
+read ``{{kind}} {{interface}}``. Only the standard library is used, so the script runs
+anywhere Python 3.11 does.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ RATE_INTERVAL: Final = "[$__rate_interval]"
 
 PANEL_HEIGHT: Final = 8
 STAT_HEIGHT: Final = 4
+
+# Exported families no panel charts, and why (checked against the registry by the tests).
+NOT_CHARTED: Final[dict[str, str]] = {}
 
 GREEN: Final = "green"
 RED: Final = "red"
@@ -68,17 +75,21 @@ class Query:
 
     expr: str
     legend: str
+    table: bool = False  # an instant query whose labels become the columns of a table
 
     def target(self, ref_id: str) -> Json:
         """Return the Grafana target for this query."""
-        return {
+        target: Json = {
             "datasource": dict(DATASOURCE),
             "editorMode": "code",
             "expr": self.expr,
             "legendFormat": self.legend,
-            "range": True,
+            "range": not self.table,
             "refId": ref_id,
         }
+        if self.table:
+            target |= {"format": "table", "instant": True}
+        return target
 
 
 @dataclass(frozen=True)
@@ -138,6 +149,8 @@ class Panel:
 
     def options(self) -> Json:
         """Return the panel-type specific ``options``."""
+        if self.kind == "table":
+            return {"cellHeight": "sm", "showHeader": True}
         if self.kind == "stat":
             return {
                 "colorMode": "background",
@@ -159,7 +172,7 @@ class Panel:
 
     def render(self, panel_id: int, x: int, y: int, height: int) -> Json:
         """Return the panel JSON with its id and grid position."""
-        return {
+        panel: Json = {
             "datasource": dict(DATASOURCE),
             "description": self.description,
             "fieldConfig": self.field_config(),
@@ -172,6 +185,13 @@ class Panel:
             "title": self.title,
             "type": self.kind,
         }
+        if self.kind == "table":
+            # the labels are the columns; the sample's time, value (always 1) and name are not
+            hidden = {"Time": True, "Value": True, "__name__": True}
+            panel["transformations"] = [
+                {"id": "organize", "options": {"excludeByName": hidden, "renameByName": {}}}
+            ]
+        return panel
 
 
 UP_DOWN: Final = ((0, "DOWN", RED), (1, "UP", GREEN))
@@ -184,10 +204,10 @@ TX_BELOW_AXIS: Final[Json] = {
 
 STATUS_ROW: Final = (
     Panel(
-        title="Interfaces up",
+        title="Relay interfaces up",
         description=(
-            "ipxbridge_interface_up per interface, driven by netlink link events: UP when the"
-            " interface is usable for bridging, DOWN when it is not."
+            "ipxbridge_interface_up per relay interface, driven by netlink link events: UP"
+            " when the interface is usable for relaying, DOWN when it is not."
         ),
         unit="none",
         kind="stat",
@@ -263,18 +283,20 @@ TRAFFIC_ROWS: Final = (
             ),
         ),
         Panel(
-            title="Copies sent by interface",
+            title="Copies sent by port",
             description=(
-                "Copies of forwarded datagrams emitted per second, by path and outgoing"
-                " interface. One relayed broadcast becomes one copy per target interface; the"
-                " ipx path sends on the pseudo-interface 'tunnel'."
+                "Copies of forwarded datagrams emitted per second, by path and outgoing port"
+                " (kind, interface). One relayed broadcast becomes one copy per target"
+                " interface (kind relay); IPX copies go out of the tunnel socket (kind dosbox"
+                " or peer, interface 'tunnel') or an interface port (ethernet, ipxwrapper,"
+                " rfc1234)."
             ),
             unit="pps",
             width=12,
             queries=(
                 Query(
-                    sum_rate("instance, path, interface", "ipxbridge_sent_copies_total"),
-                    "{{instance}} {{path}} to {{interface}}",
+                    sum_rate("instance, path, kind, interface", "ipxbridge_sent_copies_total"),
+                    "{{instance}} {{path}} to {{kind}} {{interface}}",
                 ),
             ),
         ),
@@ -359,17 +381,20 @@ TRAFFIC_ROWS: Final = (
     ),
     (
         Panel(
-            title="Send errors by interface",
+            title="Send errors by port",
             description=(
-                "Failed sends of packet copies per second, by outgoing interface and errno"
-                " (ENOBUFS: socket buffer full, ENETUNREACH/EHOSTUNREACH: routing, ...)."
+                "Failed sends of packet copies per second, by outgoing port (kind, interface)"
+                " and errno (ENOBUFS: socket buffer full, ENETUNREACH/EHOSTUNREACH: routing,"
+                " ...)."
             ),
             unit="pps",
             width=12,
             queries=(
                 Query(
-                    sum_rate("instance, path, interface, errno", "ipxbridge_send_errors_total"),
-                    "{{instance}} {{path}} {{interface}} {{errno}}",
+                    sum_rate(
+                        "instance, path, kind, interface, errno", "ipxbridge_send_errors_total"
+                    ),
+                    "{{instance}} {{path}} {{kind}} {{interface}} {{errno}}",
                 ),
             ),
         ),
@@ -440,6 +465,198 @@ GAME_ROW: Final = (
     ),
 )
 
+PORT_ROWS: Final = (
+    (
+        Panel(
+            title="IPX ports up",
+            description=(
+                "ipxbridge_ipx_port_up per IPX port (kind, interface): the tunnel socket's"
+                " dosbox and peer ports, and each interface port selected (DOWN: it could not"
+                " be opened)."
+            ),
+            unit="none",
+            kind="stat",
+            width=8,
+            mappings=UP_DOWN,
+            queries=(Query(sel("ipxbridge_ipx_port_up"), "{{instance}} {{kind}} {{interface}}"),),
+        ),
+        Panel(
+            title="Received by port",
+            description=(
+                "Datagrams received per second on each port (kind, interface), both paths:"
+                " IPX ports and relay interfaces (kind relay)."
+            ),
+            unit="pps",
+            width=8,
+            queries=(
+                Query(
+                    sum_rate("instance, path, kind, interface", "ipxbridge_received_packets_total"),
+                    "{{instance}} {{path}} {{kind}} {{interface}}",
+                ),
+            ),
+        ),
+        Panel(
+            title="IPX books by port",
+            description=(
+                "Per IPX port, the packets received per second and what became of them:"
+                " forwarded, control (registration, ping, a coalesced batch) or dropped with"
+                " its reason. Per port the outcomes sum to the received packets."
+            ),
+            unit="pps",
+            width=8,
+            queries=(
+                Query(
+                    sum_rate(
+                        "instance, kind, interface", "ipxbridge_ipx_port_received_packets_total"
+                    ),
+                    "{{instance}} {{kind}} {{interface}} received",
+                ),
+                Query(
+                    sum_rate(
+                        "instance, kind, interface, outcome, reason",
+                        "ipxbridge_ipx_port_packets_total",
+                    ),
+                    "{{instance}} {{kind}} {{interface}} {{outcome}} {{reason}}",
+                ),
+            ),
+        ),
+    ),
+    (
+        Panel(
+            title="Stations and bridges on IPX interface ports",
+            description=(
+                "Stations learned on each IPX interface port (native, IPXWrapper or RFC 1234"
+                " hosts) and the other ipxbridges heard there (their beacons)."
+            ),
+            unit="short",
+            width=6,
+            queries=(
+                Query(
+                    f"sum by (instance, kind, interface) ({sel('ipxbridge_ipx_port_stations')})",
+                    "{{instance}} {{kind}} {{interface}} stations",
+                ),
+                Query(
+                    f"sum by (instance, kind, interface) ({sel('ipxbridge_ipx_port_bridges')})",
+                    "{{instance}} {{kind}} {{interface}} bridges",
+                ),
+            ),
+        ),
+        Panel(
+            title="Copies held or not carried",
+            description=(
+                "Copies not sent per second: held (unverified_budget: a client over its budget"
+                " before it sent anything; egress_repeat: the loop bound), and those an IPX"
+                " port could not carry (frame_too_large, unproven_host, internal_error)."
+            ),
+            unit="pps",
+            width=6,
+            queries=(
+                Query(
+                    sum_rate("instance, path, reason", "ipxbridge_held_copies_total"),
+                    "{{instance}} {{path}} held: {{reason}}",
+                ),
+                Query(
+                    sum_rate(
+                        "instance, kind, interface, reason",
+                        "ipxbridge_ipx_port_dropped_copies_total",
+                    ),
+                    "{{instance}} {{kind}} {{interface}}: {{reason}}",
+                ),
+            ),
+        ),
+        Panel(
+            title="Table evictions",
+            description=(
+                "Entries pushed out of a bounded table of the IPX switch or its ports per"
+                " second, by table and reason; steady evictions mean a table is too small or"
+                " someone is filling it."
+            ),
+            unit="cps",
+            width=6,
+            queries=(
+                Query(
+                    sum_rate("instance, table, reason", "ipxbridge_table_evictions_total"),
+                    "{{instance}} {{table}}: {{reason}}",
+                ),
+            ),
+        ),
+        Panel(
+            title="Packets taken against the strict spec",
+            description=(
+                "Packets per second an interface port took although the strict IPX spec"
+                " refuses them, by reason: checksum 0x0000, or that and transport control 127"
+                " (ipxbox's frames, docs/protocols.md 3.8). Shows an ipxbox on the LAN."
+            ),
+            unit="pps",
+            width=6,
+            queries=(
+                Query(
+                    sum_rate("instance, kind, interface, reason", "ipxbridge_ipx_forgiven_total"),
+                    "{{instance}} {{kind}} {{interface}}: {{reason}}",
+                ),
+            ),
+        ),
+    ),
+)
+
+RELAY_ROW: Final = (
+    Panel(
+        title="Relay flows (rewrite mode)",
+        description=(
+            "Rewrite-mode flow sockets open, by standing (proven: the player came back after a"
+            " host answered), and the return sockets (host to player)."
+        ),
+        unit="short",
+        width=8,
+        queries=(
+            Query(
+                f"sum by (instance, standing) ({sel('ipxbridge_relay_flows')})",
+                "{{instance}} {{standing}} flows",
+            ),
+            Query(
+                f"sum by (instance) ({sel('ipxbridge_relay_return_sockets')})",
+                "{{instance}} return sockets",
+            ),
+        ),
+    ),
+    Panel(
+        title="Relay flow evictions and refusals",
+        description=(
+            "Rewrite-mode flows closed per second to make room for another (by reason), and"
+            " copies that got no flow socket and were not sent (no_fd, socket_error)."
+        ),
+        unit="cps",
+        width=8,
+        queries=(
+            Query(
+                sum_rate("instance, reason", "ipxbridge_relay_flow_evictions_total"),
+                "{{instance}} evicted: {{reason}}",
+            ),
+            Query(
+                sum_rate("instance, reason", "ipxbridge_relay_flows_refused_total"),
+                "{{instance}} refused: {{reason}}",
+            ),
+        ),
+    ),
+    Panel(
+        title="Relay interfaces",
+        description=(
+            "The relay interfaces in use (ipxbridge_interface_info): link type (ethernet,"
+            " wireguard, ...) and role (lan: subnet broadcast; p2p: unicast to its peers)."
+        ),
+        unit="none",
+        kind="table",
+        width=8,
+        queries=(
+            Query(
+                f"max by (instance, interface, link, role) ({sel('ipxbridge_interface_info')})",
+                "",
+                table=True,
+            ),
+        ),
+    ),
+)
+
 PROCESS_ROW: Final = (
     Panel(
         title="Malformed DirectPlay messages",
@@ -454,11 +671,17 @@ PROCESS_ROW: Final = (
         ),
     ),
     Panel(
-        title="Process memory (RSS)",
-        description="Resident memory of the ipxbridge process (process_resident_memory_bytes).",
+        title="Process memory",
+        description=(
+            "Resident (process_resident_memory_bytes) and virtual"
+            " (process_virtual_memory_bytes) memory of the ipxbridge process."
+        ),
         unit="bytes",
         width=6,
-        queries=(Query(sel("process_resident_memory_bytes"), "{{instance}}"),),
+        queries=(
+            Query(sel("process_resident_memory_bytes"), "{{instance}} resident"),
+            Query(sel("process_virtual_memory_bytes"), "{{instance}} virtual"),
+        ),
     ),
     Panel(
         title="Process CPU",
@@ -469,10 +692,16 @@ PROCESS_ROW: Final = (
     ),
     Panel(
         title="Open file descriptors",
-        description="File descriptors (sockets included) open in the ipxbridge process.",
+        description=(
+            "File descriptors (sockets included) open in the ipxbridge process, and its limit"
+            " (rewrite-mode flows refused with no_fd when it is reached)."
+        ),
         unit="short",
         width=6,
-        queries=(Query(sel("process_open_fds"), "{{instance}}"),),
+        queries=(
+            Query(sel("process_open_fds"), "{{instance}} open"),
+            Query(sel("process_max_fds"), "{{instance}} limit"),
+        ),
     ),
 )
 
@@ -481,7 +710,8 @@ def layout() -> list[Json]:
     """Place every panel on the 24-column grid, row by row, and number them."""
     rows: list[tuple[tuple[Panel, ...], int]] = [(STATUS_ROW, STAT_HEIGHT)]
     rows += [(row, PANEL_HEIGHT) for row in TRAFFIC_ROWS]
-    rows += [(GAME_ROW, PANEL_HEIGHT), (PROCESS_ROW, PANEL_HEIGHT)]
+    rows += [(row, PANEL_HEIGHT) for row in PORT_ROWS]
+    rows += [(RELAY_ROW, PANEL_HEIGHT), (GAME_ROW, PANEL_HEIGHT), (PROCESS_ROW, PANEL_HEIGHT)]
     panels: list[Json] = []
     y = 0
     for row, height in rows:

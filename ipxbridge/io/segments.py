@@ -178,8 +178,8 @@ def accepted(decision: Decision) -> bool:
     return detail in {"filtered_socket", "duplicate"}
 
 
-def _count_error(counters: IpxCounters, exc: OSError) -> None:
-    counters.send_errors[errno.errorcode.get(exc.errno or 0, "EUNKNOWN")] += 1
+def _count_error(counters: IpxCounters, label: tuple[str, str], exc: OSError) -> None:
+    counters.send_errors[(*label, errno.errorcode.get(exc.errno or 0, "EUNKNOWN"))] += 1
 
 
 def _pktinfo(ifindex: int, source: str) -> list[tuple[int, int, bytes]]:
@@ -373,7 +373,7 @@ class EthernetPort:
             try:
                 self._sock.send(frame)
             except OSError as exc:
-                _count_error(counters, exc)
+                _count_error(counters, self.label, exc)
             else:
                 counters.port_copies[self.label] += 1
                 counters.bytes_sent += len(frame)
@@ -465,7 +465,7 @@ class _UdpPort:
             try:
                 self._sock.sendmsg([payload], ancillary, 0, dst)
             except OSError as exc:
-                _count_error(counters, exc)
+                _count_error(counters, self.label, exc)
             else:
                 counters.port_copies[self.label] += 1
                 counters.bytes_sent += len(payload)
@@ -552,7 +552,7 @@ class IpxWrapperPort(_UdpPort):
             try:
                 self._sock.sendmsg([payload], self._ancillary, 0, dst)
             except OSError as exc:
-                _count_error(counters, exc)
+                _count_error(counters, self.label, exc)
             else:
                 counters.port_copies[self.label] += 1
                 counters.bytes_sent += len(payload)

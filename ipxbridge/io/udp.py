@@ -24,7 +24,7 @@ from typing import Final
 from ipxbridge.errors import StartupError
 from ipxbridge.io.segments import Rfc1234Port, SegmentPort, accepted
 from ipxbridge.io.sockstats import socket_drops
-from ipxbridge.obs.counters import IpxCounters, LatencyHistogram
+from ipxbridge.obs.counters import TUNNEL, IpxCounters, LatencyHistogram
 from ipxbridge.obs.logging import RateLimiter
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.switch import Address, Decision, IpxSwitch, Outcome, Port, Segment
@@ -171,9 +171,11 @@ class IpxEndpoint:
         (policy/switch.py rule 10).
         """
         sendto = self._sock.sendto
+        peers = self.switch.peers
         clients = self.switch.clients if client_packet is not None else None
         alt = client_packet or packet
-        sent = 0
+        counters = self.counters
+        sent = to_peers = 0
         for addr in targets:
             if isinstance(addr, Segment):
                 port = self.segments.get(addr)
@@ -185,15 +187,21 @@ class IpxEndpoint:
                     sendto(alt, addr)
                 else:
                     sendto(packet, addr)
-            except BlockingIOError:
-                self.counters.send_errors["EAGAIN"] += 1
             except OSError as exc:
+                # BlockingIOError carries EAGAIN; any errno is a send error of its port
                 name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
-                self.counters.send_errors[name] += 1
+                counters.send_errors[(*(_PEER if addr in peers else _DOSBOX), name)] += 1
             else:
                 sent += 1
-        self.counters.copies_sent += sent
-        self.counters.bytes_sent += sent * len(packet)
+                if peers and addr in peers:
+                    to_peers += 1
+        if sent:
+            # Copies per port (dosbox or peer), as the interface ports count theirs.
+            counters.copies_sent += sent
+            counters.bytes_sent += sent * len(packet)
+            counters.port_copies[_DOSBOX] += sent - to_peers
+            if to_peers:
+                counters.port_copies[_PEER] += to_peers
 
     def _on_readable(self) -> None:
         sock = self._sock
@@ -300,7 +308,7 @@ class IpxEndpoint:
                 "internal error on a packet from %s %s (counted as internal_error; "
                 "%d more since the last one logged)",
                 label[0],
-                label[1] or "socket",
+                label[1],
                 missed,
                 exc_info=exc,
             )
@@ -455,8 +463,8 @@ def _learn_links(
 
 # A packet whose handling failed before the switch decided (``IpxEndpoint.fault``).
 _INTERNAL_ERROR: Final = Decision(Outcome.DROPPED, "internal_error")
-_DOSBOX: Final = ("dosbox", "")  # the tunnel socket: DOSBox-protocol clients (and strangers)
-_PEER: Final = ("peer", "")  # the tunnel socket: static RFC 1234 peers
+_DOSBOX: Final = ("dosbox", TUNNEL)  # the tunnel socket: DOSBox clients (and strangers)
+_PEER: Final = ("peer", TUNNEL)  # the tunnel socket: static RFC 1234 peers
 
 
 def ipx_host(header: IpxHeader) -> str:

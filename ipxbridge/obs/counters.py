@@ -17,6 +17,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Final
 
+# The ``interface`` of the tunnel's UDP socket in every port label: it listens on an address,
+# not an interface. Its ports are ("dosbox", TUNNEL) and ("peer", TUNNEL) (docs/metrics.md).
+TUNNEL: Final = "tunnel"
+
 
 class IpxCounters:
     """Counters of the IPX tunnel."""
@@ -56,12 +60,13 @@ class IpxCounters:
         self.held_repeat = 0
         self.dropped: Counter[str] = Counter()
         self.forward_kinds: Counter[str] = Counter()
-        self.send_errors: Counter[str] = Counter()
+        # Copies the kernel refused, by (kind, interface, errno name) of the port sending them.
+        self.send_errors: Counter[tuple[str, str, str]] = Counter()
         # The same books per port kind and interface: (kind, interface) received,
         # and (kind, interface, outcome, drop reason or "") for what became of them.
         self.port_received: Counter[tuple[str, str]] = Counter()
         self.port_outcomes: Counter[tuple[str, str, str, str]] = Counter()
-        # Copies sent by interface ports, by (kind, interface); copies_sent is the tunnel's.
+        # Copies sent by every port, by (kind, interface); copies_sent is the tunnel's total.
         self.port_copies: Counter[tuple[str, str]] = Counter()
         # Copies a port could not carry, by (kind, interface, reason): frame_too_large,
         # unproven_host, group_node (io/segments.py); internal_error (io/udp.IpxEndpoint.fault).
@@ -81,11 +86,14 @@ class IpxCounters:
     def summary(self) -> str:
         """One line for the log on stop."""
         drops = ", ".join(f"{k}={v}" for k, v in sorted(self.dropped.items())) or "none"
-        errors = ", ".join(f"{k}={v}" for k, v in sorted(self.send_errors.items())) or "none"
+        errors = (
+            ", ".join(f"{i}/{k}/{e}={v}" for (k, i, e), v in sorted(self.send_errors.items()))
+            or "none"
+        )
         return (
             f"received={self.received} forwarded={self.forwarded} control={self.control} "
             f"dropped={self.dropped_total} ({drops}) copies_sent={self.copies_sent} "
-            f"port_copies_sent={sum(self.port_copies.values())} "
+            f"port_copies_sent={sum(self.port_copies.values()) - self.copies_sent} "
             f"copies_held_unverified={self.held_unverified} "
             f"send_errors=({errors})"
         )

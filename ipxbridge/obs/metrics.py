@@ -5,11 +5,17 @@ Hot paths count in plain integers (~40 ns) instead of labelled prometheus_client
 scraped. Metric names live only in this module. Labels come from closed sets: paths, drop
 reasons, interfaces the operator selected, DirectPlay command labels, game titles from the
 table plus ``other`` — never peer IPs, IPX nodes or session names.
+
+Every family that names a port labels it the same way, ``kind`` and ``interface``
+(docs/metrics.md): an IPX port is (dosbox|peer, ``tunnel``) for the tunnel's UDP socket or
+(ethernet|ipxwrapper|rfc1234, its OS interface); a relay port is (``relay``, its OS
+interface). Families booked per port list every known port, at 0 until it counts, so the
+same port tuples appear in each and ``rate()`` works from the start.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeVar
 
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import (
@@ -21,7 +27,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from ipxbridge import __version__
-from ipxbridge.obs.counters import BUCKETS, IpxCounters, LatencyHistogram
+from ipxbridge.obs.counters import BUCKETS, TUNNEL, IpxCounters, LatencyHistogram
 from ipxbridge.policy.flows import FLOW_EVICTION_REASONS, FLOW_REFUSAL_REASONS
 from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
 from ipxbridge.policy.relay import RELAY_IO_DROP_REASONS, Egress
@@ -33,6 +39,16 @@ IPX_DROP_REASONS: Final = frozenset(
 )
 # Every reason the relay path can give, exported from the start at 0 (policy/relay.py).
 RELAY_DROP_REASONS: Final = frozenset({*RELAY_POLICY_DROPS, *RELAY_IO_DROP_REASONS})
+# The ports of the tunnel's UDP socket, there whenever the IPX path is (io/udp.py).
+TUNNEL_PORTS: Final = (("dosbox", TUNNEL), ("peer", TUNNEL))
+# The ``kind`` of a relay port: its ``interface`` is the OS interface (docs/metrics.md).
+RELAY_KIND: Final = "relay"
+# Why a port could not carry a copy (io/segments.py, io/udp.py), each exported from 0.
+PORT_COPY_DROP_REASONS: Final = ("frame_too_large", "internal_error", "unproven_host")
+# Outcomes every port exports from 0; drop reasons appear per port as they happen.
+PORT_OUTCOMES: Final = (("control", ""), ("forwarded", ""))
+
+_K = TypeVar("_K", bound=tuple[str, ...])
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,14 +134,19 @@ class BridgeCollector(Collector):
         info.add_metric([__version__], 1)
         yield info
 
+        ipx_ports = _ipx_ports(ipx_state)
+        relay_ports = _relay_ports(relay)
         received = CounterMetricFamily(
             "ipxbridge_received_packets",
-            "Datagrams received, by path and ingress interface.",
-            labels=["path", "interface"],
+            "Datagrams received, by path and ingress port (kind, interface). An IPX packet in"
+            " a coalesced batch counts on its own.",
+            labels=["path", "kind", "interface"],
         )
-        received.add_metric(["ipx", "tunnel"], ipx.received)
-        for name, n in sorted(relay.received_by_interface.items()):
-            received.add_metric(["relay", name], n)
+        for port, n in _dense(ipx_ports, ipx.port_received):
+            received.add_metric(["ipx", *port], n)
+        by_iface = {(RELAY_KIND, name): n for name, n in relay.received_by_interface.items()}
+        for port, n in _dense(relay_ports, by_iface):
+            received.add_metric(["relay", *port], n)
         yield received
 
         forwarded = CounterMetricFamily(
@@ -220,14 +241,14 @@ class BridgeCollector(Collector):
 
         copies = CounterMetricFamily(
             "ipxbridge_sent_copies",
-            "Copies sent, by path and egress interface.",
-            labels=["path", "interface"],
+            "Copies sent, by path and egress port (kind, interface).",
+            labels=["path", "kind", "interface"],
         )
-        copies.add_metric(["ipx", "tunnel"], ipx.copies_sent)
-        for (kind, iface), n in sorted(ipx.port_copies.items()):
-            copies.add_metric(["ipx", f"{iface}/{kind}"], n)  # interface ports
-        for name, n in sorted(relay.copies.items()):
-            copies.add_metric(["relay", name], n)
+        for port, n in _dense(ipx_ports, ipx.port_copies):
+            copies.add_metric(["ipx", *port], n)
+        by_egress = {(RELAY_KIND, name): n for name, n in relay.copies.items()}
+        for port, n in _dense(relay_ports, by_egress):
+            copies.add_metric(["relay", *port], n)
         yield copies
 
         held = CounterMetricFamily(
@@ -243,13 +264,13 @@ class BridgeCollector(Collector):
 
         errors = CounterMetricFamily(
             "ipxbridge_send_errors",
-            "Copies the kernel refused, by path, interface and errno.",
-            labels=["path", "interface", "errno"],
+            "Copies the kernel refused, by path, egress port (kind, interface) and errno.",
+            labels=["path", "kind", "interface", "errno"],
         )
-        for name, n in sorted(ipx.send_errors.items()):
-            errors.add_metric(["ipx", "tunnel", name], n)
+        for (kind, iface, name), n in sorted(ipx.send_errors.items()):
+            errors.add_metric(["ipx", kind, iface, name], n)
         for (iface, name), n in sorted(relay.send_errors.items()):
-            errors.add_metric(["relay", iface, name], n)
+            errors.add_metric(["relay", RELAY_KIND, iface, name], n)
         yield errors
 
         traffic = CounterMetricFamily(
@@ -309,21 +330,22 @@ class BridgeCollector(Collector):
 
         up = GaugeMetricFamily(
             "ipxbridge_interface_up",
-            "1 if a selected relay interface is up with an address.",
-            labels=["interface"],
+            "1 if a selected relay interface is up with an address (kind is always relay).",
+            labels=["kind", "interface"],
         )
         iface_info = GaugeMetricFamily(
             "ipxbridge_interface_info",
-            "Selected relay interfaces (always 1).",
-            labels=["interface", "kind", "role"],
+            "Relay interfaces in use (always 1), with their link type (ethernet, wireguard,"
+            " ...) and role.",
+            labels=["kind", "interface", "link", "role"],
         )
         for egress in relay.plan:
-            up.add_metric([egress.name], 1)
+            up.add_metric([RELAY_KIND, egress.name], 1)
             iface_info.add_metric(
-                [egress.name, relay.kinds.get(egress.name, "other"), egress.role], 1
+                [RELAY_KIND, egress.name, relay.kinds.get(egress.name, "other"), egress.role], 1
             )
         for name in relay.selected_down:
-            up.add_metric([name], 0)
+            up.add_metric([RELAY_KIND, name], 0)
         yield up
         yield iface_info
 
@@ -371,16 +393,39 @@ def make_registry(snapshot: Callable[[], BridgeSnapshot]) -> CollectorRegistry:
     return registry
 
 
+def _ipx_ports(state: IpxSnapshot) -> tuple[tuple[str, str], ...]:
+    """Every IPX port known now: the tunnel's two, and each interface port, open or not."""
+    if not state.enabled:
+        return ()
+    interface_ports = tuple((kind, iface) for kind, iface, _, _ in state.ports)
+    return (*TUNNEL_PORTS, *interface_ports, *state.ports_down)
+
+
+def _relay_ports(state: RelaySnapshot) -> tuple[tuple[str, str], ...]:
+    """Every relay port known now: each selected interface, up or down."""
+    names = (*(egress.name for egress in state.plan), *state.selected_down)
+    return tuple((RELAY_KIND, name) for name in names)
+
+
+def _dense(ports: Iterable[_K], counts: Mapping[_K, int]) -> list[tuple[_K, int]]:
+    """``counts`` with every one of ``ports`` (0 if not counted yet), sorted.
+
+    A port removed since keeps its counts: counters never go back.
+    """
+    return [(key, counts.get(key, 0)) for key in sorted({*ports, *counts})]
+
+
 def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
     """The IPX books per port: each port's received = Σ its outcomes."""
     counters = state.counters
+    ports = _ipx_ports(state)
     received = CounterMetricFamily(
         "ipxbridge_ipx_port_received_packets",
-        "IPX packets received, by port kind (dosbox and peer: the tunnel socket; ethernet,"
-        " ipxwrapper, rfc1234: interface ports) and interface.",
+        "IPX packets received, by port kind (dosbox and peer: the tunnel socket, interface"
+        " tunnel; ethernet, ipxwrapper, rfc1234: interface ports) and interface.",
         labels=["kind", "interface"],
     )
-    for (kind, iface), n in sorted(counters.port_received.items()):
+    for (kind, iface), n in _dense(ports, counters.port_received):
         received.add_metric([kind, iface], n)
     yield received
     outcomes = CounterMetricFamily(
@@ -390,7 +435,8 @@ def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
         " batch is control with reason batch, and each packet in it counts on its own.",
         labels=["kind", "interface", "outcome", "reason"],
     )
-    for (kind, iface, outcome, reason), n in sorted(counters.port_outcomes.items()):
+    base = [(*port, *outcome) for port in ports for outcome in PORT_OUTCOMES]
+    for (kind, iface, outcome, reason), n in _dense(base, counters.port_outcomes):
         outcomes.add_metric([kind, iface, outcome, reason], n)
     yield outcomes
     dropped = CounterMetricFamily(
@@ -402,7 +448,8 @@ def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
         " packet whose handling failed after it was counted, by the port it came in on).",
         labels=["kind", "interface", "reason"],
     )
-    for (kind, iface, reason), n in sorted(counters.copies_dropped.items()):
+    base_drops = [(*port, reason) for port in ports for reason in PORT_COPY_DROP_REASONS]
+    for (kind, iface, reason), n in _dense(base_drops, counters.copies_dropped):
         dropped.add_metric([kind, iface, reason], n)
     yield dropped
     evicted = CounterMetricFamily(
@@ -427,7 +474,8 @@ def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
     yield forgiven
     up = GaugeMetricFamily(
         "ipxbridge_ipx_port_up",
-        "1 for an open interface port, 0 for one selected that could not be opened.",
+        "1 for an open port (the tunnel's two while the IPX path runs), 0 for an interface"
+        " port selected that could not be opened.",
         labels=["kind", "interface"],
     )
     stations = GaugeMetricFamily(
@@ -440,6 +488,9 @@ def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
         "Other ipxbridges heard on an interface port (their beacons).",
         labels=["kind", "interface"],
     )
+    if state.enabled:
+        for kind, iface in TUNNEL_PORTS:
+            up.add_metric([kind, iface], 1)
     for kind, iface, n_stations, n_bridges in state.ports:
         up.add_metric([kind, iface], 1)
         stations.add_metric([kind, iface], n_stations)

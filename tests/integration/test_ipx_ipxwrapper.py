@@ -434,7 +434,7 @@ def test_ipxwrapper_station_over_wireguard_and_dosbox_client_see_each_other(
         ]
         metrics = s.metrics()
         assert port_count(metrics, "ipxwrapper", s.wg_name, "forwarded") == 2
-        assert port_count(metrics, "dosbox", "", "forwarded") == 3  # with its announcement
+        assert port_count(metrics, "dosbox", "tunnel", "forwarded") == 3  # with its announcement
         station.close()
 
 
@@ -538,7 +538,7 @@ def test_rfc1234_segment_exchanges_with_a_dosbox_client(net: Netns, workdir: Pat
         bcast = ("10.70.0.255", ("10.70.0.1", RFC1234_PORT))
         seen_by_host = 1 + sum((p.dst_ip, p.source) == bcast for p in host.inbox)
         host.inbox.clear()
-        copies = frozenset({("path", "ipx"), ("interface", "lan0/rfc1234")})
+        copies = frozenset({("path", "ipx"), ("kind", "rfc1234"), ("interface", "lan0")})
         deadline = time.monotonic() + 10
         while True:
             seen_by_host += sum((p.dst_ip, p.source) == bcast for p in host.drain(0.3))
@@ -648,7 +648,7 @@ def test_coalesced_batch_reaches_every_port_as_its_packets(net: Netns, workdir: 
         deadline = time.monotonic() + 5
         while True:
             metrics = s.metrics()
-            batch_drops = port_count(metrics, "dosbox", "", "dropped", "batch_bad_checksum")
+            batch_drops = port_count(metrics, "dosbox", "tunnel", "dropped", "batch_bad_checksum")
             if batch_drops or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
@@ -657,8 +657,9 @@ def test_coalesced_batch_reaches_every_port_as_its_packets(net: Netns, workdir: 
         assert [p.data for p in station.inbox] == []
         assert (station.magic, station.dropped) == ([], [])  # no batch ever reached it
 
-        assert port_count(metrics, "dosbox", "", "control", "batch") == 2
-        assert port_count(metrics, "dosbox", "", "forwarded") == 1 + 3 + 2  # announcement first
-        assert port_count(metrics, "dosbox", "", "dropped", "filtered_socket") == 1
-        assert port_count(metrics, "dosbox", "", "dropped", "spoofed_source") == 1
+        assert port_count(metrics, "dosbox", "tunnel", "control", "batch") == 2
+        # the announcement first
+        assert port_count(metrics, "dosbox", "tunnel", "forwarded") == 1 + 3 + 2
+        assert port_count(metrics, "dosbox", "tunnel", "dropped", "filtered_socket") == 1
+        assert port_count(metrics, "dosbox", "tunnel", "dropped", "spoofed_source") == 1
         station.close()

@@ -15,7 +15,8 @@ import pytest
 from ipxbridge.wire import ipx
 from ipxbridge.wire.directplay import EnumSessionsReply, SessionDesc, build_enum_sessions_reply
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, Client, Netns, bridge_get
+from tests.integration.harness import BridgeProcess, Client, Netns, bridge_get, sh
+from tests.port_labels import families, port_label_problems, ports_by_family
 
 TA = uuid.UUID("99797420-F5F5-11CF-9827-00A0241496C8")
 
@@ -71,7 +72,10 @@ def test_metrics_match_traffic_and_pass_promtool(net: Netns, workdir: Path) -> N
         )
         assert check.returncode == 0, check.stdout + check.stderr
         assert (
-            value(metrics, 'ipxbridge_received_packets_total{interface="tunnel",path="ipx"}')
+            value(
+                metrics,
+                'ipxbridge_received_packets_total{interface="tunnel",kind="dosbox",path="ipx"}',
+            )
             == 2 + 1 + 40 + 12 + 1
         )
         assert value(metrics, 'ipxbridge_forwarded_packets_total{path="ipx"}') == 41
@@ -86,7 +90,10 @@ def test_metrics_match_traffic_and_pass_promtool(net: Netns, workdir: Path) -> N
             == 5
         )
         assert (
-            value(metrics, 'ipxbridge_sent_copies_total{interface="tunnel",path="ipx"}') == 2 + 41
+            value(
+                metrics, 'ipxbridge_sent_copies_total{interface="tunnel",kind="dosbox",path="ipx"}'
+            )
+            == 2 + 41
         )  # two registration replies, one copy per forward (no probe: nobody earned one)
         assert value(metrics, 'ipxbridge_ipx_clients{dialect="dosbox"}') == 2
         sessions = 'ipxbridge_directplay_sessions{game="Total Annihilation",open="true"}'
@@ -110,6 +117,49 @@ def test_metrics_match_traffic_and_pass_promtool(net: Netns, workdir: Path) -> N
         assert "10.54.0.11" in page  # the connected clients
         assert '<meta http-equiv="refresh"' in page
         assert "<script" not in page
+    finally:
+        assert bridge.stop() == 0
+
+
+@pytest.mark.netns
+def test_every_family_names_a_port_with_the_same_labels(net: Netns, workdir: Path) -> None:
+    """One label value per port across the families (docs/metrics.md, "Port labels"): the
+    tunnel socket's two ports, interface ports open and not, relay interfaces up and down."""
+    box, c1, c2, s1 = net.add("box"), net.add("c1"), net.add("c2"), net.add("s1")
+    net.link(box, "lan", "10.61.0.1/24", c1, "eth0", "10.61.0.11/24")
+    net.link(box, "lan2", "10.62.0.1/24", c2, "eth0", "10.62.0.11/24")
+    net.link(box, "seg0", "10.63.0.1/24", s1, "eth0", "10.63.0.11/24")
+    for down in ("seg9", "lan9"):  # selected, but down: not open (no dummy module here)
+        sh("ip", "-n", box, "link", "add", down, "type", "veth", "peer", "name", f"{down}p")
+    bridge = BridgeProcess(
+        net,
+        box,
+        *("--iface", "lan", "--iface", "lan2", "--iface", "lan9"),
+        *("--ipx-iface", "seg0:ethernet,ipxwrapper,rfc1234", "--ipx-iface", "seg9:ethernet"),
+        *("--peer", "10.62.0.11"),
+        log_dir=workdir,
+    )
+    try:
+        bridge.wait_for(r"relaying between: .*lan", 10)
+        bridge.wait_for(r"IPX interface ports: .*seg0/ethernet.*seg9/ethernet NOT open", 10)
+        alice, bob = Client(c1, ("10.61.0.1", 213)), Client(c1, ("10.61.0.1", 213))
+        bob.announce()
+        alice.announce()
+        alice.send(ipx.BROADCAST_NODE, b"hello")
+        bob.receive()
+        exposition = families(bridge_get(box, "/metrics"))
+        assert port_label_problems(exposition) == []
+        ports = ports_by_family(exposition)
+        assert ports["ipxbridge_ipx_port_up", ""] == {
+            *(("dosbox", "tunnel"), ("peer", "tunnel")),
+            *(("ethernet", "seg0"), ("ipxwrapper", "seg0"), ("rfc1234", "seg0")),
+            ("ethernet", "seg9"),
+        }
+        assert ports["ipxbridge_interface_up", ""] == {
+            ("relay", "lan"),
+            ("relay", "lan2"),
+            ("relay", "lan9"),
+        }
     finally:
         assert bridge.stop() == 0
 
@@ -202,7 +252,8 @@ def test_datagrams_the_kernel_drops_while_the_bridge_is_stalled_are_counted(
         while True:
             metrics = bridge_get(box, "/metrics")
             received = value(
-                metrics, 'ipxbridge_received_packets_total{interface="tunnel",path="ipx"}'
+                metrics,
+                'ipxbridge_received_packets_total{interface="tunnel",kind="dosbox",path="ipx"}',
             )
             kernel = value(metrics, 'ipxbridge_kernel_dropped_packets_total{path="ipx"}')
             if received - 1 + kernel >= sent or time.monotonic() > deadline:

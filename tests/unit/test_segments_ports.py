@@ -710,7 +710,7 @@ def test_a_bug_on_the_tunnel_socket_costs_one_datagram(
         bench.endpoint._on_readable()
     with pytest.raises(BlockingIOError):
         bench.sock.recv(65535)  # every datagram was read
-    assert bench.counters.port_outcomes[("dosbox", "", "dropped", "internal_error")] == 4
+    assert bench.counters.port_outcomes[("dosbox", "tunnel", "dropped", "internal_error")] == 4
     bench.balanced()
     assert len(errors(caplog)) == 1
 

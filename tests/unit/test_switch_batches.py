@@ -417,8 +417,11 @@ def test_books_balance_over_good_and_bad_batches(caplog: pytest.LogCaptureFixtur
     for port, received in counters.port_received.items():
         outcomes = sum(n for key, n in counters.port_outcomes.items() if key[:2] == port)
         assert received == outcomes, (port, counters.port_outcomes)
-    assert counters.port_received == {("dosbox", ""): 4 + 5 + flood + 1, ("ethernet", "eth0"): 3}
-    assert counters.port_outcomes[("dosbox", "", "control", "batch")] == 1
+    assert counters.port_received == {
+        ("dosbox", "tunnel"): 4 + 5 + flood + 1,
+        ("ethernet", "eth0"): 3,
+    }
+    assert counters.port_outcomes[("dosbox", "tunnel", "control", "batch")] == 1
     assert counters.port_outcomes[("ethernet", "eth0", "control", "batch")] == 1
     assert counters.received_bytes > 0
     assert "Traceback" not in caplog.text
