@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -565,7 +566,28 @@ class IpxService:
                 for s in self.endpoint.segments
             ),
             tuple((str(s.kind), s.interface) for s in self.skipped),
+            *self._uplink_books(),
         )
+
+    def _uplink_books(
+        self,
+    ) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int], dict[str, int]]:
+        """Uplinks by (role, state), handshakes by (role, outcome), normalised packets."""
+        assert self.endpoint is not None  # noqa: S101 - checked by the caller
+        sw = self.endpoint.switch
+        states: Counter[tuple[str, str]] = Counter()
+        handshakes: Counter[tuple[str, str]] = Counter()
+        server = sw.uplink_server
+        if server is not None:
+            states[("server", "pending")] = server.pending
+            states[("server", "authenticated")] = len(server.authenticated)
+            for outcome, n in server.handshakes.items():
+                handshakes[("server", outcome)] += n
+        for link in self.uplinks:
+            states[("client", str(link.policy.state))] += 1
+            for outcome, n in link.policy.handshakes.items():
+                handshakes[("client", outcome)] += n
+        return dict(states), dict(handshakes), dict(sw.uplink_normalised)
 
     def clients_json(self) -> list[dict[str, Any]]:
         """Connected IPX clients and peers, as ``GET /api/clients`` returns them."""
@@ -588,6 +610,41 @@ class IpxService:
             {"kind": "peer", "address": f"{p.addr[0]}:{p.addr[1]}", "node": p.node.hex(":")}
             for p in sw.peers.values()
         ]
+        out += self._uplinks_json(now)
+        return out
+
+    def _uplinks_json(self, now: float) -> list[dict[str, Any]]:
+        """Uplinks of both roles: who, whether authenticated, how many nodes behind them."""
+        assert self.endpoint is not None  # noqa: S101 - checked by the caller
+        sw = self.endpoint.switch
+        out: list[dict[str, Any]] = []
+        server = sw.uplink_server
+        if server is not None:
+            for addr, session in server.sessions.items():
+                out.append(
+                    {
+                        "kind": "uplink",
+                        "role": "server",
+                        "address": f"{addr[0]}:{addr[1]}",
+                        "authenticated": session.authenticated,
+                        "nodes": sw.learned_on(addr),
+                        "idle_seconds": round(now - session.last_heard, 1),
+                    }
+                )
+        for link in self.uplinks:
+            policy = link.policy
+            item: dict[str, Any] = {
+                "kind": "uplink",
+                "role": "client",
+                "address": f"{link.server[0]}:{link.server[1]}",
+                "server": link.name,
+                "authenticated": policy.connected,
+                "state": str(policy.state),
+                "nodes": sw.learned_on(link.server),
+            }
+            if policy.reason:
+                item["last_error"] = policy.reason
+            out.append(item)
         return out
 
     def _stations_json(self, now: float) -> list[dict[str, Any]]:
