@@ -295,3 +295,21 @@ def test_ipxbox_uplink_station_connects_to_our_server_side(net: Netns, workdir: 
     finally:
         assert bridge_a.stop() == 0
     assert re.search(r"uplink client 10\.40\.0\.2:\d+ closed the connection", bridge_a.log())
+
+
+@pytest.mark.netns
+def test_unreachable_uplink_server_is_one_log_line_per_attempt(net: Netns, workdir: Path) -> None:
+    _, sb, _, _ = sites(net)  # nothing listens on A: its kernel answers ICMP port unreachable
+    bridge_b = client_bridge(net, sb, workdir, PASSWORD)
+    try:
+        bridge_b.wait_for(
+            r"uplink 10\.40\.0\.1:213: no answer from server \(.*\), retrying in 1 s", 10
+        )
+        bridge_b.wait_for(r"retrying in 2 s", 10)
+        assert metric(sb, "ipxbridge_uplinks", role="client", state="connected") == 0
+        assert (
+            metric(sb, "ipxbridge_uplink_handshakes_total", role="client", outcome="no_answer") >= 2
+        )
+    finally:
+        assert bridge_b.stop() == 0
+    assert bridge_b.log().count("no answer from server") <= 3

@@ -11,9 +11,15 @@ import hashlib
 import itertools
 import json
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+from ipxbridge.app.ipx import uplink_client_passwords, uplink_server_password
+from ipxbridge.config import ConfigError, load_config
+from ipxbridge.errors import StartupError
 from ipxbridge.policy.switch import Address, IpxSwitch, Outcome, SwitchSettings, keyed_nodes
 from ipxbridge.policy.uplink import (
     ClientState,
@@ -488,3 +494,69 @@ def test_client_role_uplink_control_packets_are_left_to_its_socket() -> None:
     d = sw.handle(data_from(b"\x02" * 6), server, 0)
     assert d.outcome is Outcome.DROPPED
     assert d.detail == "no_destination"
+
+
+# --- configuration ---------------------------------------------------------------------
+
+
+def test_config_names_the_key_of_a_bad_password_file(tmp_path: Path) -> None:
+    conf = tmp_path / "c.yaml"
+    conf.write_text(
+        "ipx:\n"
+        f"  uplink_password_file: {tmp_path / 'missing'}\n"
+        "  uplinks:\n"
+        "    - server: 192.0.2.1:213\n"
+        f"      password_file: {tmp_path / 'empty'}\n"
+        "    - server: 192.0.2.2\n"
+    )
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(conf, environ={})
+    errors = info.value.errors
+    assert errors[0].startswith(f"{conf}:2: ipx.uplink_password_file: cannot read")
+    assert errors[1].startswith(f"{conf}:5: ipx.uplinks.0.password_file:")
+    assert "is empty" in errors[1]
+    assert errors[2] == (
+        f"{conf}:6: ipx.uplinks.1: an uplink needs password_file or password_env (never the "
+        "password)"
+    )
+
+
+def test_run_exits_2_on_a_bad_password_file(tmp_path: Path) -> None:
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"ipx:\n  uplink_password_file: {tmp_path / 'missing'}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ipxbridge", "run", "--config", str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "ipx.uplink_password_file" in proc.stderr + proc.stdout
+
+
+def test_passwords_come_from_files_and_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("s3cret\nignored second line\n")
+    conf = tmp_path / "c.yaml"
+    conf.write_text(
+        "ipx:\n  uplinks:\n"
+        f"    - server: 192.0.2.1\n      password_file: {secret}\n"
+        "    - server: 192.0.2.2:10000\n      password_env: SITE_PW\n"
+    )
+    config = load_config(conf, environ={})
+    monkeypatch.delenv("IPXBRIDGE_UPLINK_PASSWORD", raising=False)
+    assert uplink_server_password(config) is None
+    monkeypatch.setenv("IPXBRIDGE_UPLINK_PASSWORD", "srv")
+    assert uplink_server_password(config) == b"srv"
+    monkeypatch.delenv("SITE_PW", raising=False)
+    with pytest.raises(StartupError, match=r"ipx.uplinks\[1\].password_env: .*SITE_PW is not set"):
+        uplink_client_passwords(config)
+    monkeypatch.setenv("SITE_PW", "other")
+    assert uplink_client_passwords(config) == [
+        ("192.0.2.1:213", b"s3cret"),
+        ("192.0.2.2:10000", b"other"),
+    ]
