@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ipxbridge.app.ipx import uplink_client_passwords, uplink_server_password
 from ipxbridge.config import ConfigError, load_config
@@ -560,3 +562,15 @@ def test_passwords_come_from_files_and_the_environment(
         ("192.0.2.1:213", b"s3cret"),
         ("192.0.2.2:10000", b"other"),
     ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.binary(max_size=40))
+def test_arbitrary_bytes_never_raise(body: bytes, header: bytes) -> None:
+    """Malformed input is a counted drop, never a traceback: server, client and switch."""
+    sw = switch_with_server()
+    for data in (HEAD + body, header + body, REQUEST[:30] + body):
+        sw.handle(data, CLIENT, 0)
+        UplinkClient(PASSWORD, randoms()).on_control(data, 0)
+    sw.add_uplink(("192.0.2.9", 213), "client")
+    sw.handle(header + body, ("192.0.2.9", 213), 0)
