@@ -65,6 +65,7 @@ UPLINK_DROP_REASONS: Final[tuple[str, ...]] = (
     "uplink_short_challenge",  # client challenge under 64 bytes: no answer (as ipxbox)
     "uplink_unexpected",  # a message not valid in the address's state
     "uplink_full",  # max_uplinks authenticated already
+    "uplink_not_connected",  # data on a client uplink's socket before its handshake ended
 )
 HANDSHAKE_OUTCOMES: Final[tuple[str, ...]] = (
     "accepted",
