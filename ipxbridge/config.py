@@ -29,6 +29,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from ipxbridge.errors import IpxbridgeError
@@ -117,6 +118,19 @@ ipx:
   # the same secret in a file on every bridge (at least 16 bytes, e.g. from
   # "head -c 32 /dev/urandom > key"), beacons are signed and checked.
   bridge_key_file: ""
+  # ipxbox's uplink protocol (a whole IPX network through NAT, password handshake; not
+  # encrypted). Server side, on the listen port: a file holding the password (or the
+  # environment variable IPXBRIDGE_UPLINK_PASSWORD); "" and no variable = off.
+  uplink_password_file: ""
+  # Client side: connect this network to ipxbox or ipxbridge servers, each from its own
+  # ephemeral UDP port. The password from a file or an environment variable, never the
+  # command line.
+  #   uplinks:
+  #     - server: "ipxbox.example.net:10000"
+  #       password_file: /etc/ipxbridge/uplink.password
+  #     - server: "192.0.2.10"
+  #       password_env: SITE_B_UPLINK_PASSWORD
+  uplinks: []
 relay:
   # Interfaces whose broadcasts are re-sent on each other: names, globs ("wg*") or CIDRs.
   # role: lan = subnet broadcast; p2p = a unicast copy to each peer (WireGuard, tun);
@@ -273,6 +287,50 @@ def _check_path(value: str) -> str:
     return value
 
 
+def check_password_file(value: str) -> str:
+    """A readable, non-empty password file (the uplink's shared secret), or "" for none.
+
+    Raises:
+        ValueError: unreadable or empty, with the reason.
+    """
+    if not value:
+        return value
+    _check_path(value)
+    try:
+        secret = Path(value).read_bytes().rstrip(b"\r\n")
+    except OSError as exc:
+        raise ValueError(f"cannot read {value}: {exc.strerror}") from None
+    if not secret:
+        raise ValueError(f"{value} is empty: the uplink password is its first line")
+    return value
+
+
+PasswordFile = Annotated[str, AfterValidator(check_password_file)]
+
+
+class UplinkEntry(_Model):
+    """One client uplink to an ipxbox (or ipxbridge) server (docs/protocols.md 3.9)."""
+
+    server: PeerAddress
+    password_file: PasswordFile = ""
+    password_env: str = ""  # the name of an environment variable holding the password
+
+    @field_validator("password_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(f"{value!r} is not an environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "UplinkEntry":
+        if self.password_file and self.password_env:
+            raise ValueError("give password_file or password_env, not both")
+        if not self.password_file and not self.password_env:
+            raise ValueError("an uplink needs password_file or password_env (never the password)")
+        return self
+
+
 PortKindName = Literal["ethernet", "ipxwrapper", "rfc1234"]
 FramingName = Literal["auto", "ethernet_ii", "802.3", "802.2", "snap"]
 Ipv4Text = Annotated[str, AfterValidator(lambda v: str(ipaddress.IPv4Address(v)))]
@@ -334,6 +392,22 @@ class IpxSection(_Model):
     interfaces: tuple[IpxInterface, ...] = ()
     # The beacons' shared secret (policy/switch.py rule 8); "" = beacons unsigned.
     bridge_key_file: str = ""
+    # The uplink protocol (docs/protocols.md 3.9): server side on the listen port, and the
+    # uplinks this bridge opens as a client.
+    uplink_password_file: PasswordFile = ""
+    uplinks: tuple[UplinkEntry, ...] = ()
+
+    @field_validator("uplinks")
+    @classmethod
+    def _uplinks(
+        cls, value: tuple[UplinkEntry, ...], info: ValidationInfo
+    ) -> tuple[UplinkEntry, ...]:
+        if value and info.data.get("listen") == "off":
+            raise ValueError("uplinks need the IPX switch: ipx.listen is off")
+        servers = [u.server for u in value]
+        if len(set(servers)) != len(servers):
+            raise ValueError("each server at most once")
+        return value
 
     @field_validator("listen")
     @classmethod

@@ -599,6 +599,55 @@ PORT_ROWS: Final = (
     ),
 )
 
+UPLINK_ROW: Final = (
+    Panel(
+        title="Uplinks",
+        description=(
+            "ipxbox-protocol uplinks (docs/protocols.md 3.9) by role (server: remote networks"
+            " connected to this bridge; client: this bridge's network connected to a server)"
+            " and state."
+        ),
+        unit="short",
+        width=8,
+        queries=(
+            Query(
+                f"sum by (instance, role, state) ({sel('ipxbridge_uplinks')})",
+                "{{instance}} {{role}} {{state}}",
+            ),
+        ),
+    ),
+    Panel(
+        title="Uplink handshakes",
+        description=(
+            "Uplink handshakes per second by role and outcome; rejected means a wrong"
+            " password, no_answer a server that did not answer."
+        ),
+        unit="cps",
+        width=8,
+        queries=(
+            Query(
+                sum_rate("instance, role, outcome", "ipxbridge_uplink_handshakes_total"),
+                "{{instance}} {{role}}: {{outcome}}",
+            ),
+        ),
+    ),
+    Panel(
+        title="Uplink packets taken after a fix",
+        description=(
+            "Data packets per second from uplinks taken after a fix: ipxbox's checksum 0 and"
+            " transport control 127, or its Ethernet padding trimmed."
+        ),
+        unit="pps",
+        width=8,
+        queries=(
+            Query(
+                sum_rate("instance, what", "ipxbridge_uplink_normalised_packets_total"),
+                "{{instance}} {{what}}",
+            ),
+        ),
+    ),
+)
+
 RELAY_ROW: Final = (
     Panel(
         title="Relay flows (rewrite mode)",
@@ -711,6 +760,7 @@ def layout() -> list[Json]:
     rows: list[tuple[tuple[Panel, ...], int]] = [(STATUS_ROW, STAT_HEIGHT)]
     rows += [(row, PANEL_HEIGHT) for row in TRAFFIC_ROWS]
     rows += [(row, PANEL_HEIGHT) for row in PORT_ROWS]
+    rows += [(UPLINK_ROW, PANEL_HEIGHT)]
     rows += [(RELAY_ROW, PANEL_HEIGHT), (GAME_ROW, PANEL_HEIGHT), (PROCESS_ROW, PANEL_HEIGHT)]
     panels: list[Json] = []
     y = 0

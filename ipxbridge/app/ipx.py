@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -27,6 +28,7 @@ from ipxbridge.io.netlink import TopologyWatcher
 from ipxbridge.io.nodekey import load_node_key
 from ipxbridge.io.segments import EthernetPort, IpxWrapperSocket, Rfc1234Port, SegmentPort
 from ipxbridge.io.udp import IpxEndpoint, make_server_node_lookup, open_udp_socket
+from ipxbridge.io.uplink import UplinkLink
 from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS
 from ipxbridge.obs.counters import IpxCounters, LatencyHistogram
 from ipxbridge.obs.metrics import IpxSnapshot
@@ -49,11 +51,63 @@ from ipxbridge.policy.switch import (
     keyed_nodes,
 )
 from ipxbridge.policy.topology import Topology
+from ipxbridge.policy.uplink import UplinkClient, UplinkServer
 from ipxbridge.wire.ipxwrapper import IPXWRAPPER_UDP_PORT
 
 logger = logging.getLogger(__name__)
 
 MIN_KEY_BYTES: Final = 16  # a shorter shared secret is guessable
+# The uplink server's password when ipx.uplink_password_file is not set (3.9).
+UPLINK_PASSWORD_ENV: Final = "IPXBRIDGE_UPLINK_PASSWORD"  # noqa: S105 - a variable name
+
+
+def _read_password(path: str, key: str) -> bytes:
+    """An uplink password: the file's first line (config.py checked it once already).
+
+    Raises:
+        StartupError: unreadable or empty now.
+    """
+    try:
+        secret = Path(path).read_bytes().split(b"\n", 1)[0].rstrip(b"\r")
+    except OSError as exc:
+        raise StartupError(f"{key} {path}: {exc.strerror}") from None
+    if not secret:
+        raise StartupError(f"{key} {path}: the first line (the password) is empty")
+    return secret
+
+
+def uplink_server_password(config: Config) -> bytes | None:
+    """The server side's password (docs/protocols.md 3.9), or None: the server side is off.
+
+    Raises:
+        StartupError: the file cannot be read.
+    """
+    path = config.ipx.uplink_password_file
+    if path:
+        return _read_password(path, "ipx.uplink_password_file")
+    value = os.environ.get(UPLINK_PASSWORD_ENV, "")
+    return value.encode() if value else None
+
+
+def uplink_client_passwords(config: Config) -> list[tuple[str, bytes]]:
+    """(server as configured, password) of each client uplink, in order.
+
+    Raises:
+        StartupError: a file unreadable, or a variable not set, naming the key.
+    """
+    out: list[tuple[str, bytes]] = []
+    for i, entry in enumerate(config.ipx.uplinks):
+        key = f"ipx.uplinks[{i}]"
+        if entry.password_file:
+            out.append((entry.server, _read_password(entry.password_file, key + ".password_file")))
+            continue
+        value = os.environ.get(entry.password_env, "")
+        if not value:
+            raise StartupError(
+                f"{key}.password_env: the environment variable {entry.password_env} is not set"
+            )
+        out.append((entry.server, value.encode()))
+    return out
 
 
 def read_bridge_key(path: str) -> bytes | None:
@@ -161,6 +215,7 @@ class IpxService:
         self._unmatched = UnmatchedNames("IPX interface ports (--ipx-iface, ipx.interfaces)")
         self._open_errors: dict[Segment, str] = {}
         self._reload_task: asyncio.Task[None] | None = None
+        self.uplinks: list[UplinkLink] = []  # client uplinks (docs/protocols.md 3.9)
 
     @property
     def enabled(self) -> bool:
@@ -188,6 +243,8 @@ class IpxService:
                 raise StartupError(f"peer {text}: {exc}") from None
         listen = parse_host_port(ipx.listen)
         key = read_bridge_key(ipx.bridge_key_file)
+        server_password = uplink_server_password(self.config)
+        client_uplinks = uplink_client_passwords(self.config)
         sock = open_udp_socket(listen.host, listen.port)
         try:
             node_for = client_nodes(self.config)
@@ -206,13 +263,19 @@ class IpxService:
             forgiven=self.counters.forgiven,
             node_for=node_for,
         )
+        if server_password is not None:
+            switch.uplink_server = UplinkServer(
+                server_password, os.urandom, evictions=self.counters.table_evictions
+            )
         self.endpoint = IpxEndpoint(
             self._loop, sock, switch, self.counters, self.inspector, latency=self.latency
         )
         self.endpoint.start()
         try:
+            self._open_uplinks(client_uplinks)
             await self._start_interfaces()
         except BaseException:
+            self._close_uplinks()
             self.endpoint.close()
             raise
         logger.info(
@@ -221,6 +284,36 @@ class IpxService:
             listen,
             ", ".join(f"{h}:{p}" for h, p in peers) or "none",
         )
+        if server_password is not None:
+            logger.info("uplink server on udp %s: ipxbox uplink clients with the password", listen)
+
+    def _open_uplinks(self, entries: list[tuple[str, bytes]]) -> None:
+        """One socket and state machine per client uplink (docs/protocols.md 3.9).
+
+        Raises:
+            StartupError: a server name does not resolve, or no socket could be opened.
+        """
+        assert self.endpoint is not None  # noqa: S101 - started
+        assert self._loop is not None  # noqa: S101 - started
+        for text, password in entries:
+            try:
+                server = resolve_ipv4(parse_host_port(text))
+            except ValueError as exc:
+                raise StartupError(f"uplink {text}: {exc}") from None
+            try:
+                link = UplinkLink(
+                    self._loop, self.endpoint, server, text, UplinkClient(password, os.urandom)
+                )
+            except OSError as exc:
+                raise StartupError(f"uplink {text}: cannot open a socket: {exc.strerror}") from None
+            self.uplinks.append(link)
+            link.start()
+            logger.info("uplink %s: connecting from udp port %d", text, link.local_port)
+
+    def _close_uplinks(self) -> None:
+        for link in self.uplinks:
+            link.close()
+        self.uplinks = []
 
     async def stop(self) -> None:
         """Close the sockets and log the books."""
@@ -229,6 +322,7 @@ class IpxService:
         await self._wg.close()
         for segment in list(self.plans):
             self._close_port(segment)
+        self._close_uplinks()
         if self._ipxwrapper is not None:
             assert self._loop is not None  # noqa: S101 - set by start()
             self._loop.remove_reader(self._ipxwrapper.fileno())
@@ -255,6 +349,7 @@ class IpxService:
             self.endpoint.switch.set_beacon_key(read_bridge_key(config.ipx.bridge_key_file))
         except StartupError as exc:
             logger.warning("reload: %s (the beacons keep the key they had)", exc)
+        self._reload_uplinks()
         interfaces = ipx_interfaces(config)
         if interfaces != self._interfaces:
             self._interfaces = interfaces
@@ -267,8 +362,45 @@ class IpxService:
                 self._apply_plan(self.watcher.topology)
                 self._wg.refresh()
 
+    def _reload_uplinks(self) -> None:
+        """New uplink passwords and servers; unchanged client uplinks keep their connection."""
+        endpoint = self.endpoint
+        assert endpoint is not None  # noqa: S101 - checked by the caller
+        switch = endpoint.switch
+        try:
+            password = uplink_server_password(self.config)
+            clients = uplink_client_passwords(self.config)
+        except StartupError as exc:
+            logger.warning("reload: %s (uplinks unchanged)", exc)
+            return
+        if password is None:
+            if switch.uplink_server is not None:
+                for addr, role in list(switch.uplinks.items()):
+                    if role == "server":
+                        switch.remove_uplink(addr)
+            switch.uplink_server = None
+        elif switch.uplink_server is None:
+            switch.uplink_server = UplinkServer(
+                password, os.urandom, evictions=self.counters.table_evictions
+            )
+        else:
+            switch.uplink_server.password = password  # connected uplinks stay
+        old = {(link.name, link.policy.password): link for link in self.uplinks}
+        keep = [old.pop(entry) for entry in clients if entry in old]
+        for link in old.values():
+            link.close()
+        self.uplinks = keep
+        try:
+            self._open_uplinks(
+                [e for e in clients if e not in {(k.name, k.policy.password) for k in keep}]
+            )
+        except StartupError as exc:
+            logger.warning("reload: %s (left out)", exc)
+
     def tick(self, now: float) -> None:
         """Keepalives, probes of unverified clients, expiry, beacons; WireGuard peer reads."""
+        for link in self.uplinks:
+            link.tick(now)
         if self.endpoint is not None:
             self.endpoint.tick(now)
             for port in self.endpoint.segments.values():
@@ -435,7 +567,28 @@ class IpxService:
                 for s in self.endpoint.segments
             ),
             tuple((str(s.kind), s.interface) for s in self.skipped),
+            *self._uplink_books(),
         )
+
+    def _uplink_books(
+        self,
+    ) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int], dict[str, int]]:
+        """Uplinks by (role, state), handshakes by (role, outcome), normalised packets."""
+        assert self.endpoint is not None  # noqa: S101 - checked by the caller
+        sw = self.endpoint.switch
+        states: Counter[tuple[str, str]] = Counter()
+        handshakes: Counter[tuple[str, str]] = Counter()
+        server = sw.uplink_server
+        if server is not None:
+            states[("server", "pending")] = server.pending
+            states[("server", "authenticated")] = len(server.authenticated)
+            for outcome, n in server.handshakes.items():
+                handshakes[("server", outcome)] += n
+        for link in self.uplinks:
+            states[("client", str(link.policy.state))] += 1
+            for outcome, n in link.policy.handshakes.items():
+                handshakes[("client", outcome)] += n
+        return dict(states), dict(handshakes), dict(sw.uplink_normalised)
 
     def clients_json(self) -> list[dict[str, Any]]:
         """Connected IPX clients and peers, as ``GET /api/clients`` returns them."""
@@ -458,6 +611,41 @@ class IpxService:
             {"kind": "peer", "address": f"{p.addr[0]}:{p.addr[1]}", "node": p.node.hex(":")}
             for p in sw.peers.values()
         ]
+        out += self._uplinks_json(now)
+        return out
+
+    def _uplinks_json(self, now: float) -> list[dict[str, Any]]:
+        """Uplinks of both roles: who, whether authenticated, how many nodes behind them."""
+        assert self.endpoint is not None  # noqa: S101 - checked by the caller
+        sw = self.endpoint.switch
+        out: list[dict[str, Any]] = []
+        server = sw.uplink_server
+        if server is not None:
+            for addr, session in server.sessions.items():
+                out.append(
+                    {
+                        "kind": "uplink",
+                        "role": "server",
+                        "address": f"{addr[0]}:{addr[1]}",
+                        "authenticated": session.authenticated,
+                        "nodes": sw.learned_on(addr),
+                        "idle_seconds": round(now - session.last_heard, 1),
+                    }
+                )
+        for link in self.uplinks:
+            policy = link.policy
+            item: dict[str, Any] = {
+                "kind": "uplink",
+                "role": "client",
+                "address": f"{link.server[0]}:{link.server[1]}",
+                "server": link.name,
+                "authenticated": policy.connected,
+                "state": str(policy.state),
+                "nodes": sw.learned_on(link.server),
+            }
+            if policy.reason:
+                item["last_error"] = policy.reason
+            out.append(item)
         return out
 
     def _stations_json(self, now: float) -> list[dict[str, Any]]:

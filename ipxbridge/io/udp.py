@@ -29,6 +29,7 @@ from ipxbridge.obs.logging import RateLimiter
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.switch import Address, Decision, IpxSwitch, Outcome, Port, Segment
 from ipxbridge.wire.ipx import HEADER_LEN, SOCKET_DPLAY_DISCOVERY, IpxHeader, dosbox_node
+from ipxbridge.wire.uplink import UPLINK_NODE
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +127,9 @@ class IpxEndpoint:
         self._sample = 0
         # Interface ports (io/segments.py), by the segment the switch targets.
         self.segments: dict[Segment, SegmentPort] = {}
+        # Client uplinks (io/uplink.py): the switch targets the server's address, and the
+        # copy goes out of that uplink's own socket (docs/protocols.md 3.9).
+        self.uplink_links: dict[Address, Callable[[bytes], bool]] = {}
         self._event_log = RateLimiter(rate=2.0, burst=20)
         self._drop_log = RateLimiter(rate=5.0, burst=20)  # per-packet lines: debug only
         self._fault_log = RateLimiter(rate=1 / 60, burst=1)  # tracebacks: one a minute
@@ -175,12 +179,17 @@ class IpxEndpoint:
         clients = self.switch.clients if client_packet is not None else None
         alt = client_packet or packet
         counters = self.counters
-        sent = to_peers = 0
+        links = self.uplink_links
+        uplinks = self.switch.uplinks
+        sent = to_peers = to_uplinks = 0
         for addr in targets:
             if isinstance(addr, Segment):
                 port = self.segments.get(addr)
                 if port is not None:
                     port.send(packet, packet[10:16])  # destination node, docs/protocols.md 3.1
+                continue
+            if links and addr in links:
+                to_uplinks += links[addr](packet)  # a client uplink's own socket
                 continue
             try:
                 if clients is not None and addr in clients:
@@ -192,9 +201,16 @@ class IpxEndpoint:
                 name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
                 counters.send_errors[(*(_PEER if addr in peers else _DOSBOX), name)] += 1
             else:
+                if uplinks and addr in uplinks:
+                    to_uplinks += 1  # an uplink client of ours, through the tunnel socket
+                    continue
                 sent += 1
                 if peers and addr in peers:
                     to_peers += 1
+        if to_uplinks:
+            counters.copies_sent += to_uplinks
+            counters.bytes_sent += to_uplinks * len(packet)
+            counters.port_copies[UPLINK_LABEL] += to_uplinks
         if sent:
             # Copies per port (dosbox or peer), as the interface ports count theirs.
             counters.copies_sent += sent
@@ -230,6 +246,8 @@ class IpxEndpoint:
                 # The port it came in on, for the books per port.
                 if addr in peers:
                     label = _PEER
+                elif (switch.uplinks and addr in switch.uplinks) or data[10:16] == UPLINK_NODE:
+                    label = UPLINK_LABEL  # authenticated, or its handshake (3.9)
                 elif udp_segments and addr not in clients:
                     segment = switch.udp_segment_for(addr[0])
                     port = self.segments.get(segment) if segment is not None else None
@@ -279,6 +297,30 @@ class IpxEndpoint:
         except Exception as exc:  # noqa: BLE001 - a bug must cost one packet, not the reader
             self.fault(label, len(data), exc, booked=booked)
         return decision
+
+    def ingest_uplink(self, server: Address, data: bytes) -> None:
+        """A data datagram from a client uplink's socket (io/uplink.py): switched, counted."""
+        booked = False
+        try:
+            now = self._loop.time()
+            decision = self.switch.handle(data, server, now)
+            counters = self.counters
+            counters.received += 1
+            counters.received_bytes += len(data)
+            counters.port_received[UPLINK_LABEL] += 1
+            booked = True
+            self._apply(decision, data, UPLINK_LABEL, server, now, 0.0)
+        except Exception as exc:  # noqa: BLE001 - a bug must cost one packet, not the reader
+            self.fault(UPLINK_LABEL, len(data), exc, booked=booked)
+
+    def book_control(self, label: tuple[str, str], size: int) -> None:
+        """A control datagram consumed outside the switch (a client uplink's handshake)."""
+        counters = self.counters
+        counters.received += 1
+        counters.received_bytes += size
+        counters.port_received[label] += 1
+        counters.control += 1
+        counters.port_outcomes[(*label, "control", "")] += 1
 
     def reject(self, kind: str, interface: str, size: int, reason: str) -> None:
         """A frame or datagram an interface port could not decode: received and dropped."""
@@ -413,6 +455,12 @@ class IpxEndpoint:
 
     def _log_events(self) -> None:
         now = self._loop.time()
+        uplink_server = self.switch.uplink_server
+        if uplink_server is not None and uplink_server.events:
+            for up in uplink_server.pop_events():
+                if self._event_log.allow(now):
+                    what = _UPLINK_EVENTS.get(up.kind, up.kind)
+                    logger.info("uplink client %s:%d %s", up.addr[0], up.addr[1], what)
         for event in self.switch.pop_events():
             if not self._event_log.allow(now):
                 continue
@@ -465,6 +513,16 @@ def _learn_links(
 _INTERNAL_ERROR: Final = Decision(Outcome.DROPPED, "internal_error")
 _DOSBOX: Final = ("dosbox", TUNNEL)  # the tunnel socket: DOSBox clients (and strangers)
 _PEER: Final = ("peer", TUNNEL)  # the tunnel socket: static RFC 1234 peers
+# Uplinks (docs/protocols.md 3.9), either end: the tunnel socket's uplink clients and the
+# client uplinks' own sockets.
+UPLINK_LABEL: Final = ("uplink", TUNNEL)
+_UPLINK_EVENTS: Final = {
+    "accepted": "authenticated: its network is connected",
+    "rejected": "sent a wrong password: rejected",
+    "short_challenge": "sent a challenge under 64 bytes: not answered",
+    "closed": "closed the connection",
+    "expired": "silent for the idle timeout: disconnected",
+}
 
 
 def ipx_host(header: IpxHeader) -> str:

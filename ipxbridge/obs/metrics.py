@@ -32,10 +32,18 @@ from ipxbridge.policy.flows import FLOW_EVICTION_REASONS, FLOW_REFUSAL_REASONS
 from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
 from ipxbridge.policy.relay import RELAY_IO_DROP_REASONS, Egress
 from ipxbridge.policy.switch import POLICY_DROP_REASONS
+from ipxbridge.policy.uplink import HANDSHAKE_OUTCOMES, UPLINK_DROP_REASONS, ClientState
 from ipxbridge.wire.errors import WIRE_REASONS
 
 IPX_DROP_REASONS: Final = frozenset(
-    r for r in (*WIRE_REASONS, *POLICY_DROP_REASONS) if not r.startswith(("dplay", "not_dplay"))
+    r
+    for r in (*WIRE_REASONS, *POLICY_DROP_REASONS, *UPLINK_DROP_REASONS)
+    if not r.startswith(("dplay", "not_dplay"))
+)
+# ipxbridge_uplinks{role,state}: every pair exported, at 0 when there is none.
+UPLINK_STATES: Final = (
+    *(("server", state) for state in ("pending", "authenticated")),
+    *(("client", str(state)) for state in ClientState),
 )
 # Every reason the relay path can give, exported from the start at 0 (policy/relay.py).
 RELAY_DROP_REASONS: Final = frozenset({*RELAY_POLICY_DROPS, *RELAY_IO_DROP_REASONS})
@@ -91,6 +99,11 @@ class IpxSnapshot:
     # Interface ports: (kind, interface, stations learned, other bridges seen)
     ports: tuple[tuple[str, str, int, int], ...] = ()
     ports_down: tuple[tuple[str, str], ...] = ()  # selected but not open: (kind, interface)
+    # Uplinks (docs/protocols.md 3.9): how many by (role, state), handshakes by (role,
+    # outcome), data packets changed on entry by what (wire.uplink.normalise_data).
+    uplinks: dict[tuple[str, str], int] = field(default_factory=dict)
+    uplink_handshakes: dict[tuple[str, str], int] = field(default_factory=dict)
+    uplink_normalised: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -500,3 +513,37 @@ def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
     yield up
     yield stations
     yield bridges
+    yield from _uplink_metrics(state)
+
+
+def _uplink_metrics(state: IpxSnapshot) -> Iterator[Metric]:
+    """Uplinks of either role (docs/protocols.md 3.9)."""
+    uplinks = GaugeMetricFamily(
+        "ipxbridge_uplinks",
+        "Uplinks (ipxbox's uplink protocol) by this bridge's role (server: remote clients"
+        " connected to us; client: uplinks we open) and state.",
+        labels=["role", "state"],
+    )
+    for role, name in UPLINK_STATES:
+        uplinks.add_metric([role, name], state.uplinks.get((role, name), 0))
+    yield uplinks
+    handshakes = CounterMetricFamily(
+        "ipxbridge_uplink_handshakes",
+        "Uplink handshakes by role and outcome (accepted, rejected: wrong password,"
+        " short_challenge: not answered, no_answer: the client gave up after its retries,"
+        " bad_server_solution: the server failed mutual authentication).",
+        labels=["role", "outcome"],
+    )
+    for role in ("server", "client"):
+        for outcome in HANDSHAKE_OUTCOMES:
+            handshakes.add_metric([role, outcome], state.uplink_handshakes.get((role, outcome), 0))
+    yield handshakes
+    normalised = CounterMetricFamily(
+        "ipxbridge_uplink_normalised_packets",
+        "Data packets from uplinks taken after a fix (ipxbox_mark: transport control 127 and"
+        " checksum 0, hops taken as 0; checksum_zero; padding: Ethernet padding trimmed).",
+        labels=["what"],
+    )
+    for what in ("ipxbox_mark", "checksum_zero", "padding"):
+        normalised.add_metric([what], state.uplink_normalised.get(what, 0))
+    yield normalised

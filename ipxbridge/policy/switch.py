@@ -85,6 +85,16 @@ an unknown unicast may go there (its stations ignore a node that is not theirs),
 byte counts (native stacks send 0, docs/protocols.md 3.1), except on IPXWrapper's UDP, whose header
 has no hop field. The I/O layer turns a segment target into frames or datagrams.
 
+**Uplinks** (ipxbox's uplink protocol, docs/protocols.md 3.9; ``policy/uplink.py``) connect a
+whole IPX network through NAT after a password handshake. An authenticated uplink, either
+end (a remote uplink client connected to this bridge, or the server this bridge is a client
+of), is a UDP-address port like an RFC 1234 peer: nodes are learned behind it, broadcasts and
+unknown unicasts go there, its hop byte counts, rules 6 and 9 apply. Its control packets
+(destination node ``UpLiNK``, checksum and Length 0) are consumed before the IPX parser, and
+its data packets are normalised first (``wire.uplink.normalise_data``: ipxbox's Ethernet
+padding, checksum 0, transport control 127). Nothing from or to an address passes before
+its handshake completes.
+
 8. Two bridges on one segment must not both put a packet on it. Every bridge sends a beacon
    (``wire.ipx.build_beacon``: its random bridge id, the random *tag* of that segment, whose
    first byte names the port kind, and its peers) on each segment, and one to each peer that
@@ -172,6 +182,7 @@ from typing import Final, Literal
 from ipxbridge.policy.budget import TokenBucket
 from ipxbridge.policy.dedup import DuplicateFilter
 from ipxbridge.policy.tables import EgressGuard, ProvenTable
+from ipxbridge.policy.uplink import UplinkServer
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ipx import (
     ALL_NETS,
@@ -202,6 +213,7 @@ from ipxbridge.wire.ipx import (
     with_hops,
 )
 from ipxbridge.wire.ipxwrapper import CoalescedError, unpack_coalesced
+from ipxbridge.wire.uplink import is_uplink_control, normalise_data
 
 Address = tuple[str, int]
 _NO_CHECKSUM: Final = b"\xff\xff"
@@ -541,6 +553,11 @@ class IpxSwitch:
         self._heard: dict[Segment, OrderedDict[bytes, HeardBridge]] = {}
         self._next_beacon = 0.0
         self._next_answer = 0.0
+        # Uplinks (docs/protocols.md 3.9): authenticated ones, by address, with this bridge's
+        # role on them ("server": a remote client connected to us; "client": we connected).
+        self.uplinks: dict[Address, str] = {}
+        self.uplink_server: UplinkServer | None = None  # set when uplink_password is
+        self.uplink_normalised: Counter[str] = Counter()  # data packets changed on entry
         for addr in peers:
             self.add_peer(addr)
         for segment in segments:
@@ -562,6 +579,22 @@ class IpxSwitch:
             return
         self._static_nodes.pop(peer.node, None)
         self._peer_info.pop(addr, None)
+        self._forget_learned(addr)
+        self._rebuild_ports()
+
+    def add_uplink(self, addr: Address, role: str) -> None:
+        """An authenticated uplink becomes a port (``role``: ours on it, server or client)."""
+        if self.uplinks.get(addr) == role:
+            return
+        self.uplinks[addr] = role
+        if addr in self.clients:  # the address was a DOSBox client; it is an uplink now
+            self.remove_client(addr, "uplink")
+        self._rebuild_ports()
+
+    def remove_uplink(self, addr: Address) -> None:
+        """An uplink ended (closed, expired, lost); the nodes learned behind it go too."""
+        if self.uplinks.pop(addr, None) is None:
+            return
         self._forget_learned(addr)
         self._rebuild_ports()
 
@@ -626,7 +659,7 @@ class IpxSwitch:
         self._next_beacon = 0.0  # announce under the new key at the next tick
 
     def _rebuild_ports(self) -> None:
-        self._ports = (*self.clients, *self.peers, *self.segments)
+        self._ports = (*self.clients, *self.peers, *self.uplinks, *self.segments)
         self._flood_targets.clear()
         self._peer_targets.clear()
 
@@ -746,7 +779,7 @@ class IpxSwitch:
             shared = self._skip_for(ingress)
             if bridge is not None:
                 shared |= self._served_by(bridge)
-            owners: tuple[Port, ...] = (*self.peers, *self.segments)
+            owners: tuple[Port, ...] = (*self.peers, *self.uplinks, *self.segments)
             targets = tuple(p for p in owners if p != ingress and p not in shared)
             self._peer_targets[key] = targets
         return targets
@@ -894,6 +927,11 @@ class IpxSwitch:
 
         Never raises for remote input: malformed datagrams become drops with a reason.
         """
+        if is_uplink_control(data):
+            # Checksum and Length 0: recognised before the parser (docs/protocols.md 3.9).
+            return self._uplink_control(data, src, now)
+        if self.uplinks and src in self.uplinks:
+            return self._uplink_datagram(data, src, now)
         try:
             header = parse_header(data)
         except WireError as exc:
@@ -906,6 +944,49 @@ class IpxSwitch:
             if refused is not None:
                 return _drop(refused)
         return self._batch(data, lambda h, p: self._from_address(src, h, p, now))
+
+    def _uplink_control(self, data: bytes, src: Address, now: float) -> Decision:
+        """An uplink control packet: the handshake of the server side, or a keepalive."""
+        if self.uplinks.get(src) == "client":
+            return Decision(Outcome.CONTROL, "uplink")  # its own socket acts on these
+        server = self.uplink_server
+        if server is None:
+            return _drop("uplink_disabled")
+        if src in self.peers or src[1] == 0:
+            return _drop("uplink_unexpected")
+        result = server.handle(data, src, now)
+        if result.authenticated:
+            self.add_uplink(src, "server")
+        if result.closed:
+            self.remove_uplink(src)
+        replies = tuple((reply, src) for reply in result.replies)
+        if result.dropped:
+            return Decision(Outcome.DROPPED, result.detail, replies=replies)
+        return Decision(Outcome.CONTROL, "uplink", replies=replies)
+
+    def _uplink_datagram(self, data: bytes, src: Address, now: float) -> Decision:
+        """A data datagram from an authenticated uplink, normalised first (3.9)."""
+        try:
+            packet, changed = normalise_data(data)
+            header = parse_header(packet)
+        except WireError as exc:
+            return _drop(exc.reason)
+        if changed:
+            self.uplink_normalised[changed] += 1
+        if self.uplink_server is not None:
+            self.uplink_server.heard(src, now)
+        if header.is_coalesced:
+            return self._batch(packet, lambda h, p: self._from_uplink(src, h, p, now))
+        return self._from_uplink(src, header, packet, now)
+
+    def _from_uplink(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
+        """One IPX packet from an uplink: a peer-like port with many nodes behind it."""
+        if header.is_registration:
+            return _drop("unexpected_registration")
+        node = header.src_node
+        if node in self._client_by_node or node == self.bridge_id:
+            return _drop("loop")
+        return self._forward(header, data, src, now, (), hops_in=header.hops, learn=True)
 
     def _refused(self, src: Address) -> str | None:
         """Why nothing from ``src``, neither a client nor a peer, is taken (rule 2), if so."""
@@ -1267,6 +1348,10 @@ class IpxSwitch:
                 Outcome.DROPPED, "egress_repeat", replies=replies, held=held, repeats=repeats
             )
         packet = with_hops(data, hops)  # never a batch: those are unpacked (rule 1)
+        if self.uplink_server is not None and self.uplinks:
+            for target in targets:  # data sent: no keepalive needed (3.9)
+                if target in self.uplinks:
+                    self.uplink_server.sent(target, now)
         net = header.dst_net
         if net not in _CLIENT_NETS and self.clients:
             # Rule 10: DOSBox-protocol clients are on network 00000000 (our registration
@@ -1334,6 +1419,11 @@ class IpxSwitch:
         """
         cfg = self.settings
         out: list[tuple[bytes, Port]] = self.beacons(now)
+        if self.uplink_server is not None:
+            keepalives, expired = self.uplink_server.tick(now)
+            out += keepalives
+            for addr in expired:
+                self.remove_uplink(addr)
         first_probe = min(FIRST_PROBE_DELAY, cfg.keepalive_interval)
         for client in list(self.clients.values()):
             silent = now - client.last_seen

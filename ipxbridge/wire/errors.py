@@ -60,7 +60,11 @@ CoalescedReason = Literal[
     "batch_nested",  # a magic packet (a batch, an SPX lookup) inside the batch
     "batch_too_large",  # more data than IPXWrapper ever batches (1384 bytes)
 ]
-WireReason = IpxReason | DPlayReason | EthernetReason | CoalescedReason | BeaconReason
+# ipxbox's uplink control packets (wire/uplink.py, docs/protocols.md 3.9).
+UplinkReason = Literal["uplink_malformed"]  # not a JSON object with a type, or bad base64
+WireReason = (
+    IpxReason | DPlayReason | EthernetReason | CoalescedReason | BeaconReason | UplinkReason
+)
 
 DPLAY_REASONS: Final[tuple[DPlayReason, ...]] = get_args(DPlayReason)
 
@@ -70,6 +74,7 @@ WIRE_REASONS: Final[tuple[WireReason, ...]] = (
     *get_args(EthernetReason),
     *get_args(CoalescedReason),
     *get_args(BeaconReason),
+    *get_args(UplinkReason),
 )
 
 
