@@ -48,7 +48,7 @@ UPLINK_STATES: Final = (
 # Every reason the relay path can give, exported from the start at 0 (policy/relay.py).
 RELAY_DROP_REASONS: Final = frozenset({*RELAY_POLICY_DROPS, *RELAY_IO_DROP_REASONS})
 # The ports of the tunnel's UDP socket, there whenever the IPX path is (io/udp.py).
-TUNNEL_PORTS: Final = (("dosbox", TUNNEL), ("peer", TUNNEL))
+TUNNEL_PORTS: Final = (("dosbox", TUNNEL), ("peer", TUNNEL), ("uplink", TUNNEL))
 # The ``kind`` of a relay port: its ``interface`` is the OS interface (docs/metrics.md).
 RELAY_KIND: Final = "relay"
 # Why a port could not carry a copy (io/segments.py, io/udp.py), each exported from 0.

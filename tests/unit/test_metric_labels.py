@@ -100,7 +100,7 @@ def test_every_family_names_each_port_with_the_same_labels() -> None:
     text = generate_latest(make_registry(lambda: snapshot)).decode()
     assert port_label_problems(families(text)) == []
     by_family = ports_by_family(families(text))
-    tunnel = {("dosbox", "tunnel"), ("peer", "tunnel")}
+    tunnel = {("dosbox", "tunnel"), ("peer", "tunnel"), ("uplink", "tunnel")}
     interface_ports = {("ethernet", "eth0"), ("ipxwrapper", "eth0"), ("rfc1234", "eth1")}
     relay_ports = {("relay", "lan0"), ("relay", "wg0"), ("relay", "lan1")}
     assert by_family["ipxbridge_ipx_port_up", ""] == tunnel | interface_ports
