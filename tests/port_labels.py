@@ -24,7 +24,7 @@ PARTIAL = frozenset(
         "ipxbridge_interface_info",
     }
 )
-IPX_KINDS = frozenset({"dosbox", "peer", "ethernet", "ipxwrapper", "rfc1234"})
+IPX_KINDS = frozenset({"dosbox", "peer", "uplink", "ethernet", "ipxwrapper", "rfc1234"})
 RELAY_KIND = "relay"
 
 
