@@ -16,6 +16,9 @@ Stand-ins, and which facts of the real programs each reproduces (docs/protocols.
 * **ipxbox bridging its clients onto the LAN** (section 3.8): checksum 0x0000 and transport
   control 127 on every frame it writes, in Ethernet II, 802.2 and SNAP (the framings it gets
   right); scapy builds them.
+* **ipxbox's uplink client** (``test_uplink.IpxboxUplinkStation``, section 3.9): its whole
+  network behind one UDP address, handshake byte for byte as ``ipxbox_uplink`` sends it, data
+  with checksum 0, transport control 127 and Ethernet padding.
 
 Topology (namespaces made and removed per test): ``b`` the bridge, ``seg0`` 10.81.0.1/24 an
 Ethernet and IPXWrapper port to ``s`` (``st0`` 10.81.0.2/24: the native station, the ipxbox
@@ -23,6 +26,9 @@ station and the IPXWrapper PC), ``cl0`` 10.82.0.1/24 to ``c`` (the DOSBox-protoc
 The two-bridge test puts ``b1``, ``b2`` and ``s`` on a Linux bridge in ``sw``.
 """
 
+import base64
+import hashlib
+import os
 import socket
 import struct
 import time
@@ -46,6 +52,7 @@ from tests.integration.test_ipx_ethernet import (
     scapy_frame,
     topology,
 )
+from tests.integration.test_uplink import PASSWORD, IpxboxUplinkStation
 
 GAME: Final = 0x4545
 SETUP: Final = 0x4001  # the IPXWrapper PC's other program (a setup tool), then a third one's
@@ -136,6 +143,41 @@ class Dosbox:
             sock.settimeout(2.0)
 
 
+class Uplinked:
+    """A station on a network that an ipxbox uplink client connects to the bridge."""
+
+    def __init__(self, ns: str, server: tuple[str, int]) -> None:
+        self.link = IpxboxUplinkStation(ns, server)
+        link = self.link
+        link.control("get-challenge-request")
+        challenge = base64.b64decode(link.read_control()["challenge"])
+        pw = PASSWORD.encode()
+        ours = os.urandom(64)
+        solution = hashlib.sha256(b"client" + challenge + pw + challenge).digest()
+        link.control("submit-solution", ours, solution)
+        assert link.read_control()["message-type"] == "submit-solution-accepted"
+        link.sock.setblocking(False)
+        self.node = bytes.fromhex("00a0c9556677")
+        self.got: list[tuple[bytes, bytes, int, bytes]] = []  # (dst net, dst node, socket, data)
+
+    def send(self, dst_node: bytes, payload: bytes, sock: int = GAME) -> None:
+        """As ipxbox forwards a packet from its pcap-bridged LAN: checksum 0, TC 127, padded."""
+        size = 30 + len(payload)
+        head = HEADER.pack(0, size, 127, 0, bytes(4), dst_node, sock, bytes(4), self.node, sock)
+        self.link.sock.send((head + payload).ljust(46, b"\0"))
+
+    def drain(self) -> None:
+        while True:
+            try:
+                data = self.link.sock.recv(70_000)
+            except BlockingIOError:
+                return
+            if data[10:16] == b"UpLiNK":
+                continue  # control (a keepalive)
+            fields = HEADER.unpack_from(data)
+            self.got.append((fields[4], fields[5], fields[6], data[30 : fields[1]]))
+
+
 class Lan:
     """The native station and the ipxbox station: one AF_PACKET socket on ``st0``."""
 
@@ -218,7 +260,13 @@ def test_every_kind_of_station_exchanges_broadcasts_and_unicasts_once_each(
     net: Netns, workdir: Path
 ) -> None:
     b, s, c = topology(net)
-    bridge = start(net, b, workdir, "--ipx-iface", "seg0:ethernet,ipxwrapper")
+    secret = workdir / "uplink.password"
+    secret.write_text(PASSWORD + "\n")
+    conf = workdir / "interop.yaml"
+    conf.write_text(f"ipx:\n  uplink_password_file: {secret}\n")
+    bridge = start(
+        net, b, workdir, "--config", str(conf), "--ipx-iface", "seg0:ethernet,ipxwrapper"
+    )
     lan = Lan(s, iface_mac(b, "seg0"))
     setup = IpxWrapperStation(s, "10.81.0.2/24", PC_NODE, network=NET1)
     game = IpxWrapperStation(s, "10.81.0.2/24", PC_NODE, network=NET1)
@@ -228,7 +276,15 @@ def test_every_kind_of_station_exchanges_broadcasts_and_unicasts_once_each(
     wrapper = DosboxModeWrapper(c, SERVER)
     assert wrapper.net == bytes(4)  # our registration reply: network 00000000
     wrapper.send(bytes(4), ipx.BROADCAST_NODE, b"here", sock=0x4546)  # its game says hello
-    drains = [lan.drain, wrapper_drain(setup), wrapper_drain(game), dosbox.drain, wrapper.drain]
+    uplinked = Uplinked(c, SERVER)
+    drains = [
+        lan.drain,
+        wrapper_drain(setup),
+        wrapper_drain(game),
+        dosbox.drain,
+        wrapper.drain,
+        uplinked.drain,
+    ]
     try:
         # --- broadcasts, each to the network its sender would use --------------------------
         setup.send(ipx.BROADCAST_NODE, SETUP, SETUP, b"setup-hello")  # cached at the bridge
@@ -240,16 +296,24 @@ def test_every_kind_of_station_exchanges_broadcasts_and_unicasts_once_each(
         game.send(ipx.BROADCAST_NODE, GAME, GAME, b"b-wrapper")  # to network 00000001
         dosbox.client.send(ipx.BROADCAST_NODE, b"b-dosbox")
         wrapper.send(bytes(4), ipx.BROADCAST_NODE, b"b-dosmode")
+        uplinked.send(ipx.BROADCAST_NODE, b"b-uplink")
         settle(drains, 1.5)
 
-        everyone = {b"b-native", b"b-ipxbox", b"b-wrapper", b"b-dosbox", b"b-dosmode"}
+        everyone = {
+            b"b-native",
+            b"b-ipxbox",
+            b"b-wrapper",
+            b"b-dosbox",
+            b"b-dosmode",
+            b"b-uplink",
+        }
         at_lan = Counter(
             data_of(p)
             for _, framing, p in lan.got
             if framing == "ethernet_ii" and p.dst_socket == GAME
         )
         # The native and ipxbox stations are on the wire itself: they hear each other there.
-        assert at_lan == Counter({b"b-wrapper": 1, b"b-dosbox": 1, b"b-dosmode": 1}), at_lan
+        assert at_lan == Counter(everyone - {b"b-native", b"b-ipxbox"}), at_lan
         at_game = payloads_of(game, GAME)
         assert at_game == Counter(everyone - {b"b-wrapper"}), (at_game, game.dropped)
         at_dosbox = Counter(p for h, p in dosbox.got if h.dst_socket == GAME)
@@ -257,23 +321,38 @@ def test_every_kind_of_station_exchanges_broadcasts_and_unicasts_once_each(
         at_dosmode = Counter(d for _, _, sock, d in wrapper.got if sock == GAME)
         assert at_dosmode == Counter(everyone - {b"b-dosmode"}), (at_dosmode, wrapper.refused)
         assert wrapper.refused["network"] == 0  # every broadcast was addressed to its network
+        at_uplink = Counter(d for _, _, sock, d in uplinked.got if sock == GAME)
+        assert at_uplink == Counter(everyone - {b"b-uplink"}), at_uplink
         assert payloads_of(setup, SETUP) == Counter()  # its socket was in nobody's broadcast
 
         # --- unicasts: each at its destination only -----------------------------------------
-        before = (len(lan.got), len(game.delivered), len(dosbox.got), len(wrapper.got))
+        before = (
+            len(lan.got),
+            len(game.delivered),
+            len(dosbox.got),
+            len(wrapper.got),
+            len(uplinked.got),
+        )
         dosbox.client.send(PC_NODE, b"u-dosbox-to-game")  # network 00000000, as DOS games do
         game.send(dosbox.node, GAME, GAME, b"u-game-to-dosbox", dst_net=bytes(4))
         wrapper.send(LAN_NET, lan.mac, b"u-dosmode-to-native")
         lan.send(lan.bridge_mac, bytes(4), wrapper.node, b"u-native-to-dosmode")
         lan.send(lan.bridge_mac, bytes(4), dosbox.node, b"u-ipxbox-to-dosbox", ipxbox="802.2")
+        uplinked.send(PC_NODE, b"u-uplink-to-game")
         settle(drains, 1.0)
         dosbox.client.send(IPXBOX_MAC, b"u-dosbox-to-ipxbox")
+        wrapper.send(bytes(4), uplinked.node, b"u-dosmode-to-uplink")
         settle(drains, 1.0)
         new_lan = [(d, f, p) for d, f, p in lan.got[before[0] :]]
         new_game = [bytes(p.data) for p in game.delivered[before[1] :]]
         new_dosbox = [p for _, p in dosbox.got[before[2] :]]
         new_dosmode = [d for *_, d in wrapper.got[before[3] :]]
-        assert new_game == [b"u-dosbox-to-game"], (new_game, game.dropped)
+        new_uplink = [d for *_, d in uplinked.got[before[4] :]]
+        assert new_uplink == [b"u-dosmode-to-uplink"], new_uplink
+        assert sorted(new_game) == [b"u-dosbox-to-game", b"u-uplink-to-game"], (
+            new_game,
+            game.dropped,
+        )
         got = next(p for p in game.delivered if bytes(p.data) == b"u-dosbox-to-game")
         assert got.dst_net == NET1  # rewritten to the network its socket was heard with
         assert got.on == "private"  # the game's own port, not the setup program's
@@ -295,7 +374,13 @@ def test_every_kind_of_station_exchanges_broadcasts_and_unicasts_once_each(
         setup.close()
         third = IpxWrapperStation(s, "10.81.0.2/24", PC_NODE, network=NET1)
         third.bind(SETUP)
-        drains = [lan.drain, wrapper_drain(third), wrapper_drain(game), dosbox.drain]
+        drains = [
+            lan.drain,
+            wrapper_drain(third),
+            wrapper_drain(game),
+            dosbox.drain,
+            uplinked.drain,
+        ]
         third.send(ipx.BROADCAST_NODE, SETUP, SETUP, b"third-hello")
         settle(drains, 0.5)
         dosbox.client.send(PC_NODE, b"u-to-setup-socket", sock=SETUP)

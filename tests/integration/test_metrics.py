@@ -151,7 +151,7 @@ def test_every_family_names_a_port_with_the_same_labels(net: Netns, workdir: Pat
         assert port_label_problems(exposition) == []
         ports = ports_by_family(exposition)
         assert ports["ipxbridge_ipx_port_up", ""] == {
-            *(("dosbox", "tunnel"), ("peer", "tunnel")),
+            *(("dosbox", "tunnel"), ("peer", "tunnel"), ("uplink", "tunnel")),
             *(("ethernet", "seg0"), ("ipxwrapper", "seg0"), ("rfc1234", "seg0")),
             ("ethernet", "seg9"),
         }
