@@ -19,8 +19,15 @@ Clients are leaves, so identical packets from the same client are never loop cop
 The identity is an integer key chosen by the caller (a keyed hash, so that crafted
 collisions are not practical). Memory is bounded by ``max_entries``; the oldest record is
 evicted first. The clock is passed in (docs/architecture.md rule 2).
+
+The records live in an ``OrderedDict``, oldest first: evicting and purging take the front
+in O(1) (``popitem(last=False)``), as ``policy/tables.py`` does. A plain dict's
+``next(iter(d))`` walks every slot deleted from its front since the last resize: 9 µs an
+eviction at 65,536 records, against 0.3 µs (``bench/tables_bench.py``), when a flood keeps
+the table full. The price is about 0.07 µs more per packet on the common path.
 """
 
+from collections import OrderedDict
 from typing import Generic, TypeVar
 
 PortT = TypeVar("PortT")
@@ -37,7 +44,7 @@ class DuplicateFilter(Generic[PortT]):
         self.window = window
         self.max_entries = max_entries
         # Insertion order is time order: records are re-inserted when refreshed.
-        self._entries: dict[int, tuple[PortT, float, int]] = {}
+        self._entries: OrderedDict[int, tuple[PortT, float, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -55,17 +62,21 @@ class DuplicateFilter(Generic[PortT]):
             return True
         entries[key] = (port, now, hops)
         if len(entries) > self.max_entries:
-            del entries[next(iter(entries))]
+            entries.popitem(last=False)
         return False
 
     def purge(self, now: float) -> int:
-        """Forget records older than the window; returns how many were removed."""
+        """Forget records older than the window; returns how many were removed.
+
+        From the front only, so a purge costs what it removes, not the table's size.
+        """
         entries = self._entries
         removed = 0
-        for key, (_, seen, _hops) in list(entries.items()):
+        while entries:
+            _, (_, seen, _) = next(iter(entries.items()))
             if now - seen < self.window:
                 break
-            del entries[key]
+            entries.popitem(last=False)
             removed += 1
         return removed
 
@@ -92,7 +103,8 @@ class LoopFilter:
             raise ValueError("window must be >= 0 and max_entries >= 1")
         self.window = window
         self.max_entries = max_entries
-        self._entries: dict[int, tuple[int, float]] = {}  # key -> (highest TTL, last seen)
+        # key -> (highest TTL, last seen), oldest first (module docstring)
+        self._entries: OrderedDict[int, tuple[int, float]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -108,7 +120,7 @@ class LoopFilter:
             ttl = max(ttl, entry[0])
         entries[key] = (ttl, now)
         if len(entries) > self.max_entries:
-            del entries[next(iter(entries))]
+            entries.popitem(last=False)
         return False
 
     def remember(self, key: int, ttl: int, now: float) -> None:
@@ -118,15 +130,16 @@ class LoopFilter:
             ttl = max(ttl, entry[0])
         self._entries[key] = (ttl, now)
         if len(self._entries) > self.max_entries:
-            del self._entries[next(iter(self._entries))]
+            self._entries.popitem(last=False)
 
     def purge(self, now: float) -> int:
-        """Forget records older than the window; returns how many were removed."""
+        """Forget records older than the window (from the front); returns how many."""
         entries = self._entries
         removed = 0
-        for key, (_, seen) in list(entries.items()):
+        while entries:
+            _, (_, seen) = next(iter(entries.items()))
             if now - seen < self.window:
                 break
-            del entries[key]
+            entries.popitem(last=False)
             removed += 1
         return removed

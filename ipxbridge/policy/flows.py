@@ -30,6 +30,7 @@ per-source state bounded; R16). The rules:
 Pure: ``now`` is passed in. ``io/relay.py`` opens and closes the sockets this table decides on.
 """
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Final
 
@@ -93,11 +94,13 @@ class FlowTable:
         self.limits = limits or FlowLimits()
         # Three ordered dicts, oldest first (a use moves an entry to the end): unproven flows
         # still waiting for an answer, unproven flows already answered, proven flows.
-        self._waiting: dict[FlowKey, _Entry] = {}
-        self._answered: dict[FlowKey, _Entry] = {}
-        self._proven: dict[FlowKey, _Entry] = {}
+        # OrderedDicts, so taking the oldest is O(1) (policy/dedup.py says why).
+        self._waiting: OrderedDict[FlowKey, _Entry] = OrderedDict()
+        self._answered: OrderedDict[FlowKey, _Entry] = OrderedDict()
+        self._proven: OrderedDict[FlowKey, _Entry] = OrderedDict()
         self._by_ip: dict[str, dict[FlowKey, None]] = {}
-        self._remembered: dict[Address, float] = {}  # answered players, oldest answer first
+        # answered players, oldest answer first
+        self._remembered: OrderedDict[Address, float] = OrderedDict()
 
     # --- queries -------------------------------------------------------------------------
 

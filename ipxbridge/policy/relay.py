@@ -69,6 +69,7 @@ Pure: ``now`` is passed in.
 """
 
 import ipaddress
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -251,7 +252,8 @@ class EnumerationLimit:
     burst: int
     max_sources: int
     # source -> (tokens, when last topped up); insertion order = least recently seen first
-    _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # (an OrderedDict: evicting the front is O(1), policy/dedup.py says why)
+    _buckets: OrderedDict[str, tuple[float, float]] = field(default_factory=OrderedDict)
 
     def __len__(self) -> int:
         return len(self._buckets)
@@ -266,7 +268,7 @@ class EnumerationLimit:
         allowed = tokens >= 1
         buckets[source] = (tokens - 1 if allowed else tokens, updated)
         if len(buckets) > self.max_sources:
-            del buckets[next(iter(buckets))]
+            buckets.popitem(last=False)
         return allowed
 
 
@@ -281,7 +283,7 @@ class RelayPolicy:
         self._any_bcast: frozenset[str] = frozenset()
         self._on_link: dict[int, tuple[ipaddress.IPv4Network, ...]] = {}
         # (ingress, source IP) -> rule 4's verdict; bounded, oldest first out, reset per plan
-        self._sources: dict[tuple[int, str], str | None] = {}
+        self._sources: OrderedDict[tuple[int, str], str | None] = OrderedDict()
         self._loops = LoopFilter(settings.dedup_window, settings.dedup_max_entries)
         self._enums = EnumerationLimit(
             settings.enum_rate, settings.enum_burst, settings.enum_sources
@@ -318,7 +320,7 @@ class RelayPolicy:
             e.index: tuple(ipaddress.IPv4Network(n, strict=False) for n in e.networks)
             for e in egresses
         }
-        self._sources = {}
+        self._sources = OrderedDict()
 
     def is_own(self, ip: str) -> bool:
         """Rule 2's test alone: ``ip`` is an address of this box (its own copies, looped back).
@@ -350,7 +352,7 @@ class RelayPolicy:
                 reason = None
         cache[key] = reason
         if len(cache) > SOURCE_CACHE:
-            del cache[next(iter(cache))]
+            cache.popitem(last=False)
         return reason
 
     def decide(

@@ -18,6 +18,7 @@ Pure: ``now`` is a monotonic time passed in; rendering converts to wall-clock ti
 second clock reading supplied by the caller.
 """
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -188,7 +189,9 @@ class SessionTable:
         self.games = games
         self.expiry = expiry
         self.max_sessions = max_sessions
-        self._sessions: dict[UUID, Session] = {}
+        # Least recently announced first: eviction and expiry take the front in O(1)
+        # (policy/dedup.py says why not a plain dict).
+        self._sessions: OrderedDict[UUID, Session] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -268,17 +271,18 @@ class SessionTable:
         )
         sessions[instance] = session  # re-inserted: dict order is least recently seen first
         if len(sessions) > self.max_sessions:
-            del sessions[next(iter(sessions))]
+            sessions.popitem(last=False)
         return session
 
     def expire(self, now: float) -> int:
         """Forget sessions not announced for ``expiry`` seconds; returns how many."""
         sessions = self._sessions
         removed = 0
-        for key, session in list(sessions.items()):
+        while sessions:
+            _, session = next(iter(sessions.items()))
             if now - session.last_seen <= self.expiry:
                 break
-            del sessions[key]
+            sessions.popitem(last=False)
             removed += 1
         return removed
 
