@@ -227,7 +227,8 @@ class StatusService:
 
     # --- the view --------------------------------------------------------------------------
 
-    def _host_client(self, host: str) -> dict[str, Any] | None:
+    @staticmethod
+    def _host_client(host: str, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The connected client or station that hosts a session found over IPX.
 
         Only an exact IPX node counts (``net.node:socket``, io/udp.ipx_host): a session
@@ -239,8 +240,7 @@ class StatusService:
             return None
         raw = rest.split(":", 1)[0]
         node = ":".join(raw[i : i + 2] for i in range(0, len(raw), 2))
-        for entry in self.books.live.values():
-            row = entry.row
+        for row in rows:
             if row.get("node") == node:
                 return {k: row[k] for k in ("kind", "address", "node", "interface") if row.get(k)}
         return None
@@ -249,6 +249,7 @@ class StatusService:
         """The games, oldest first (stable), with their host client and staleness."""
         dp = self.config.directplay
         threshold = stale_after(dp.session_expiry, dp.probe_interval)
+        rows = self.ipx.clients_json()  # as they are now: a new host is found at once
         out = []
         for s in sorted(
             self.directplay.sessions_json(),
@@ -264,7 +265,7 @@ class StatusService:
                     "status": status_text(s),
                     "open": s.get("open"),
                     "host": s.get("host"),
-                    "host_client": self._host_client(str(s.get("host", ""))),
+                    "host_client": self._host_client(str(s.get("host", "")), rows),
                     "transport": s.get("transport"),
                     "first_seen": s.get("first_seen"),
                     "age_seconds": s.get("age_seconds"),

@@ -10,10 +10,15 @@ const KIND_NAMES = {
   ethernet: "native IPX", ipxwrapper: "IPXWrapper", rfc1234: "RFC 1234 host",
 };
 
+// Control characters (a game's user fields can hold any byte) would show as boxes.
+function clean(text) {
+  return String(text).replace(/[\u0000-\u001f\u007f]/g, "");
+}
+
 function el(tag, cls, text) {
   const node = document.createElement(tag);
   if (cls) node.className = cls;
-  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (text !== undefined && text !== null) node.textContent = clean(text);
   return node;
 }
 
@@ -92,7 +97,7 @@ function renderGames(games) {
     const tr = el("tr", g.stale ? "stale" : "");
     tr.appendChild(cell("Game", g.game || "unknown"));
     tr.appendChild(cell("Name", g.name || "-"));
-    tr.appendChild(cell("Map", g.map || "-"));
+    tr.appendChild(cell("Map", clean(g.map || "") || "-"));
     tr.appendChild(cell("Players", g.players));
     const status = cell("Status", "");
     const tag = el("span", "tag " + (g.stale ? "gone" : g.open ? "open" : "closed"),
@@ -214,7 +219,7 @@ function renderEvents(events) {
     const t = el("time", "", clock(e.at));
     t.dateTime = new Date(e.at * 1000).toISOString();
     li.appendChild(t);
-    li.appendChild(document.createTextNode(e.text));
+    li.appendChild(document.createTextNode(clean(e.text)));
     return li;
   }));
   showEmpty("events-empty", events.length === 0);
