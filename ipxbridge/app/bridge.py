@@ -13,6 +13,7 @@ from ipxbridge.app.ipx import IpxService
 from ipxbridge.app.relay import RelayService
 from ipxbridge.app.reload import keep_restart_only, restart_only_changes
 from ipxbridge.app.service import TICK_SECONDS, Health, Service
+from ipxbridge.app.status import StatusService
 from ipxbridge.config import Config, ConfigError
 from ipxbridge.errors import StartupError
 from ipxbridge.obs.logging import setup_logging
@@ -34,6 +35,9 @@ class Bridge:
         self.ipx = IpxService(config, self.directplay.inspector)
         self.relay = RelayService(config, self.directplay.inspector)
         self.directplay.probe_ipx = self.ipx.probe
+        self.status = StatusService(
+            config, directplay=self.directplay, ipx=self.ipx, relay=self.relay
+        )
         self.http = HttpService(
             config,
             self.health,
@@ -41,11 +45,19 @@ class Bridge:
             directplay=self.directplay,
             ipx=self.ipx,
             relay=self.relay,
+            status=self.status,
         )
         # Start order. The relay goes first: it removes a table an earlier run left in the
         # kernel before any service says the bridge is up (docs/reliability.md R18). Stopped in
-        # reverse, so the DirectPlay summary is the last line.
-        self.services: tuple[Service, ...] = (self.relay, self.ipx, self.http, self.directplay)
+        # reverse, so the DirectPlay summary is the last line. The status page's history
+        # ticks last, after the services it samples.
+        self.services: tuple[Service, ...] = (
+            self.relay,
+            self.ipx,
+            self.http,
+            self.directplay,
+            self.status,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
 

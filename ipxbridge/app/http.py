@@ -4,8 +4,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from importlib import resources
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 
@@ -14,68 +14,63 @@ from ipxbridge.app.directplay import DirectPlayService
 from ipxbridge.app.ipx import IpxService
 from ipxbridge.app.relay import RelayService
 from ipxbridge.app.service import Health
+from ipxbridge.app.status import StatusService, ipx_port_rows
 from ipxbridge.config import Config, parse_host_port
 from ipxbridge.errors import StartupError
-from ipxbridge.io.segments import EthernetPort
-from ipxbridge.obs.http import METRICS_PATH, HttpServer, Response, text
+from ipxbridge.obs.http import METRICS_PATH, HttpServer, Response, Route, text
 from ipxbridge.obs.status import render_status
-from ipxbridge.policy.ipx_ports import PortPlan, Skipped
-from ipxbridge.policy.switch import IpxSwitch, PortKind, Segment
 
 logger = logging.getLogger(__name__)
 
 
+# The live page loads only its own files from the bridge and talks only to the bridge: no
+# inline script or style, no other origin, no frames, no forms (docs/status-page.md).
+PAGE_CSP: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+PAGE_HEADERS: Final = (
+    ("Content-Security-Policy", PAGE_CSP),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+)
+# The page's own files (ipxbridge/obs/static), by path, with their content types.
+STATIC_FILES: Final = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/status.js": ("status.js", "text/javascript; charset=utf-8"),
+    "/status.css": ("status.css", "text/css; charset=utf-8"),
+    "/favicon.svg": ("favicon.svg", "image/svg+xml"),
+}
+
+
 def json_response(data: Any) -> Response:  # noqa: ANN401 - any JSON value
     """A JSON HTTP response."""
-    return Response(200, "application/json", (json.dumps(data, indent=1) + "\n").encode())
+    return Response(
+        200,
+        "application/json",
+        (json.dumps(data, indent=1) + "\n").encode(),
+        (("X-Content-Type-Options", "nosniff"),),
+    )
 
 
-def _port_detail(plan: PortPlan, heard: Sequence[str] | None) -> str:
-    """Where one open port puts a broadcast (UDP) or which frame types it speaks (Ethernet)."""
-    if plan.segment.kind is PortKind.ETHERNET:
-        if plan.framing != "auto":
-            return f"framing {plan.framing} (fixed)"
-        if heard:
-            return f"framing auto: {', '.join(heard)} heard"
-        return "framing auto: none heard yet (802.2 until one is)"
-    if plan.role == "lan":
-        return f"broadcast {plan.broadcast or 'none (/31, /32)'} from {plan.address}"
-    return f"peers {', '.join(plan.peers)}" if plan.peers else "no peers known: nothing sent"
+def _constant(response: Response) -> Route:
+    return lambda _q: response
 
 
-def ipx_port_rows(
-    plans: Mapping[Segment, PortPlan],
-    skipped: Sequence[Skipped],
-    switch: IpxSwitch | None,
-    framings: Mapping[Segment, Sequence[str]],
-) -> list[dict[str, Any]]:
-    """The IPX interface ports for the status page: open ones, then those that are not.
-
-    Args:
-        plans: the open ports (``IpxService.plans``).
-        skipped: what was selected but is not open, with why (``IpxService.skipped``).
-        switch: for the stations learned behind each port and the other bridges heard there.
-        framings: per auto-framing Ethernet port, the framings its stations were heard in.
-    """
-    rows: list[dict[str, Any]] = []
-    for segment, plan in sorted(plans.items(), key=lambda item: str(item[0])):
-        rows.append(
-            {
-                "interface": segment.interface,
-                "kind": str(segment.kind),
-                "open": True,
-                "role": plan.role,
-                "detail": _port_detail(plan, framings.get(segment)),
-                "stations": switch.learned_on(segment) if switch is not None else None,
-                "bridges": len(switch.bridges_on(segment)) if switch is not None else None,
-                "why": "",
-            }
+def static_routes() -> dict[str, Route]:
+    """The status page's files, read once: every route answers the same bytes."""
+    folder = resources.files("ipxbridge.obs") / "static"
+    routes: dict[str, Route] = {}
+    for path, (name, content_type) in STATIC_FILES.items():
+        routes[path] = _constant(
+            Response(200, content_type, (folder / name).read_bytes(), PAGE_HEADERS)
         )
-    rows += [
-        {"interface": s.interface, "kind": str(s.kind), "open": False, "why": s.why}
-        for s in skipped
-    ]
-    return rows
+    # Browsers ask for it whatever the page says; an answer keeps their console clean.
+    routes["/favicon.ico"] = routes["/favicon.svg"]
+    return routes
+
+
+__all__ = ["HttpService", "ipx_port_rows", "json_response", "static_routes"]
 
 
 class HttpService:
@@ -94,8 +89,10 @@ class HttpService:
         directplay: DirectPlayService,
         ipx: IpxService,
         relay: RelayService,
+        status: StatusService,
     ) -> None:
         self.config = config
+        self.status = status
         self.health = health
         self.registry = registry
         self.directplay = directplay
@@ -120,9 +117,12 @@ class HttpService:
                 "/-/ready": lambda _q: (
                     text(200, "ready\n") if self.health.started else text(503, "starting\n")
                 ),
-                "/": lambda _q: Response(
+                "/api/status": lambda _q: json_response(self.status.status_json()),
+                # The server-rendered page for browsers without JavaScript (text consoles).
+                "/plain": lambda _q: Response(
                     200, "text/html; charset=utf-8", render_status(self.status_data()).encode()
                 ),
+                **static_routes(),
             },
             registry=self.registry,
         )
@@ -166,14 +166,7 @@ class HttpService:
 
     def ipx_ports(self) -> list[dict[str, Any]]:
         """The IPX service's interface ports as the status page lists them."""
-        endpoint = self.ipx.endpoint
-        framings: dict[Segment, list[str]] = {}
-        if endpoint is not None:
-            for segment, port in endpoint.segments.items():
-                if isinstance(port, EthernetPort) and port.fixed is None and len(port.framings):
-                    framings[segment] = [str(f) for f in port.framings.in_use()]
-        switch = endpoint.switch if endpoint is not None else None
-        return ipx_port_rows(self.ipx.plans, self.ipx.skipped, switch, framings)
+        return self.status.ipx_port_rows()
 
     def status_data(self) -> dict[str, Any]:
         """Everything the status page shows."""

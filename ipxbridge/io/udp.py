@@ -17,6 +17,7 @@ import asyncio
 import errno
 import logging
 import socket
+from collections import deque
 from collections.abc import Callable
 from time import perf_counter
 from typing import Final
@@ -133,6 +134,9 @@ class IpxEndpoint:
         self._event_log = RateLimiter(rate=2.0, burst=20)
         self._drop_log = RateLimiter(rate=5.0, burst=20)  # per-packet lines: debug only
         self._fault_log = RateLimiter(rate=1 / 60, burst=1)  # tracebacks: one a minute
+        # Client and uplink events as (source, kind, address) for the status page, kept
+        # whether or not the log's rate limit lets them through; its owner drains it.
+        self.event_tap: deque[tuple[str, str, Address]] | None = None
 
     @property
     def address(self) -> Address:
@@ -177,7 +181,9 @@ class IpxEndpoint:
         sendto = self._sock.sendto
         peers = self.switch.peers
         clients = self.switch.clients if client_packet is not None else None
+        client_of = self.switch.clients.get
         alt = client_packet or packet
+        alt_len = len(alt)  # what a DOSBox-protocol client gets, either way
         counters = self.counters
         links = self.uplink_links
         uplinks = self.switch.uplinks
@@ -207,6 +213,9 @@ class IpxEndpoint:
                 sent += 1
                 if peers and addr in peers:
                     to_peers += 1
+                elif (client := client_of(addr)) is not None:  # its books (status page)
+                    client.tx_packets += 1
+                    client.tx_bytes += alt_len
         if to_uplinks:
             counters.copies_sent += to_uplinks
             counters.bytes_sent += to_uplinks * len(packet)
@@ -458,10 +467,15 @@ class IpxEndpoint:
         uplink_server = self.switch.uplink_server
         if uplink_server is not None and uplink_server.events:
             for up in uplink_server.pop_events():
+                if self.event_tap is not None:
+                    self.event_tap.append(("uplink", up.kind, up.addr))
                 if self._event_log.allow(now):
                     what = _UPLINK_EVENTS.get(up.kind, up.kind)
                     logger.info("uplink client %s:%d %s", up.addr[0], up.addr[1], what)
+        tap = self.event_tap
         for event in self.switch.pop_events():
+            if tap is not None:
+                tap.append(("dosbox", event.kind, event.addr))
             if not self._event_log.allow(now):
                 continue
             ip, port = event.addr

@@ -59,6 +59,7 @@ class Response:
     status: int
     content_type: str
     body: bytes
+    headers: tuple[tuple[str, str], ...] = ()  # extra headers (the status page's CSP)
 
 
 Route = Callable[[str], Response]  # receives the raw (still percent-encoded) query string
@@ -183,5 +184,9 @@ class HttpServer:
 
 def _reply(response: Response, extra: dict[str, str] | None = None) -> web.Response:
     # Content-Type goes in as a header: aiohttp's content_type= refuses a charset parameter.
-    headers = {hdrs.CONTENT_TYPE: response.content_type, hdrs.CACHE_CONTROL: "no-store"}
+    headers: dict[str, str] = {
+        hdrs.CONTENT_TYPE: response.content_type,
+        hdrs.CACHE_CONTROL: "no-store",
+        **dict(response.headers),
+    }
     return web.Response(status=response.status, body=response.body, headers=headers | (extra or {}))

@@ -117,6 +117,18 @@ def players_text(players: int | None, max_players: int | None) -> str:
     return f"{players}/{'unlimited' if max_players is None else max_players}"
 
 
+def stale_after(expiry: float, probe_interval: float) -> float:
+    """Seconds without an announcement after which a session is shown as not answering.
+
+    With probing on, a live host answers every round: missing two and a half rounds means
+    it stopped. Without, announcements come only when someone searches, so half the expiry.
+    It is never past the expiry itself (then the session is gone, rule 2).
+    """
+    if probe_interval > 0:
+        return min(2.5 * probe_interval, expiry)
+    return expiry / 2
+
+
 def status_text(item: Mapping[str, Any]) -> str:
     """``open``, or why not (``password``, ``closed``, ``started``), plus ``head-to-head``.
 

@@ -331,6 +331,12 @@ class Client:
     last_keepalive: float = 0.0
     budget: TokenBucket | None = None  # what it may be sent until verified (rule 2)
     nonce: bytes = ZERO_NODE  # source node of its probes; echoing it verifies (rule 2)
+    # Its own books for the status page: plain ints, bumped where the datagram is handled
+    # anyway (received here in _from_client, sent copies by io/udp.py), nothing allocated.
+    rx_packets: int = 0
+    rx_bytes: int = 0
+    tx_packets: int = 0
+    tx_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -1212,6 +1218,8 @@ class IpxSwitch:
 
     def _from_client(self, client: Client, header: IpxHeader, data: bytes, now: float) -> Decision:
         client.last_seen = now
+        client.rx_packets += 1
+        client.rx_bytes += len(data)
         if header.is_registration:
             return self._register(client.addr, len(data), now)
         budget = client.budget
