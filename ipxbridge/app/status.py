@@ -38,6 +38,10 @@ DROPS_WINDOW: Final = 60.0  # "drops in the last minute"
 KIND_ORDER: Final = ("dosbox", "peer", "uplink", "ethernet", "ipxwrapper", "rfc1234")
 
 
+# The kinds whose packets are counted per address (clients and peers; not stations)
+_BOOKED: Final = frozenset(("dosbox", "peer"))
+
+
 def _ago(seconds: float) -> str:
     seconds = int(seconds)
     if seconds < 60:
@@ -121,15 +125,26 @@ class StatusService:
         endpoint = self.ipx.endpoint
         books: dict[str, tuple[int, int, int, int]] = {}
         if endpoint is not None:
-            for c in endpoint.switch.clients.values():
+            switch = endpoint.switch
+            for c in switch.clients.values():
                 books[f"{c.addr[0]}:{c.addr[1]}"] = (
                     c.rx_packets,
                     c.rx_bytes,
                     c.tx_packets,
                     c.tx_bytes,
                 )
+            for p in switch.peers.values():
+                books[f"{p.addr[0]}:{p.addr[1]}"] = (
+                    p.rx_packets,
+                    p.rx_bytes,
+                    p.tx_packets,
+                    p.tx_bytes,
+                )
         return [
-            (row, books.get(row.get("address", "")) if row.get("kind") == "dosbox" else None)
+            (
+                row,
+                books.get(row.get("address", "")) if row.get("kind") in _BOOKED else None,
+            )
             for row in rows
         ]
 

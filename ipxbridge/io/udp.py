@@ -211,8 +211,10 @@ class IpxEndpoint:
                     to_uplinks += 1  # an uplink client of ours, through the tunnel socket
                     continue
                 sent += 1
-                if peers and addr in peers:
+                if peers and (peer := peers.get(addr)) is not None:
                     to_peers += 1
+                    peer.tx_packets += 1  # its books (status page)
+                    peer.tx_bytes += len(packet)
                 elif (client := client_of(addr)) is not None:  # its books (status page)
                     client.tx_packets += 1
                     client.tx_bytes += alt_len

@@ -339,12 +339,17 @@ class Client:
     tx_bytes: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Peer:
     """A statically configured RFC 1234 peer."""
 
     addr: Address
     node: bytes  # RFC 1234 host number: 00 00 + IPv4
+    # Its books for the status page, as a client's: plain integers on the hot path.
+    rx_packets: int = 0
+    rx_bytes: int = 0
+    tx_packets: int = 0
+    tx_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -1263,6 +1268,9 @@ class IpxSwitch:
         return self._forward(header, data, client.addr, now, replies, hops_in=0)
 
     def _from_peer(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
+        peer = self.peers[src]
+        peer.rx_packets += 1
+        peer.rx_bytes += len(data)
         if header.is_registration:
             return _drop("unexpected_registration")
         if is_beacon(header, data):

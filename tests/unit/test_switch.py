@@ -798,3 +798,12 @@ def test_the_registration_reply_is_paid_from_the_registration() -> None:
     # and with no credit at all (ratio 0) the reply still goes: no larger than what came
     sw0 = make(unverified_credit_ratio=0.0)
     assert register(sw0, B) == node(B)
+
+
+def test_a_peer_keeps_books_of_what_it_sent_for_the_status_page() -> None:
+    peer: Address = ("10.45.0.9", 213)
+    sw = IpxSwitch(SwitchSettings(), (peer,), lambda _a: SERVER_NODE, node_for=NODE_FOR)
+    pkt = data(bytes.fromhex("00000a2d0009"), payload=b"from the other site")
+    sw.handle(pkt, peer, 1.0)
+    sw.handle(pkt[:-1] + b"!", peer, 1.1)
+    assert (sw.peers[peer].rx_packets, sw.peers[peer].rx_bytes) == (2, 2 * len(pkt))
