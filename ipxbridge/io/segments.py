@@ -165,8 +165,10 @@ def accepted(decision: Decision) -> bool:
     the switch learns the sender's node from those too (a NetWare station's RIP and SAP when
     it loads are often all it says before a game); or a ``duplicate``: the station's own
     frame, which lost the race to a copy another bridge relayed (with two bridges on one
-    LAN, a station heard only that way would never be learned here). A batch counts if one
-    of its packets does.
+    LAN, a station heard only that way would never be learned here); or a packet the switch
+    took and had nowhere to send (``_TAKEN``: no port wanted it, its only receiver is over
+    its budget, or every port had it within the egress window): a station is no less itself
+    when nobody else is listening. A batch counts if one of its packets does.
     Not a beacon: another bridge is no station, and a framing learned from the beacons two
     bridges send each other would keep itself in use for ever.
     """
@@ -175,7 +177,21 @@ def accepted(decision: Decision) -> bool:
         if detail == "batch":
             return any(accepted(one) for _, one in decision.inner)
         return detail != "beacon"
-    return detail in {"filtered_socket", "duplicate"}
+    return detail in _TAKEN
+
+
+# Drops of a packet the switch judged its sender's own, only with nowhere to go (accepted)
+_TAKEN: Final = frozenset(
+    (
+        "filtered_socket",
+        "duplicate",
+        "no_destination",
+        "unknown_destination",
+        "destination_on_ingress",
+        "unverified_budget",
+        "egress_repeat",
+    )
+)
 
 
 def _count_error(counters: IpxCounters, label: tuple[str, str], exc: OSError) -> None:

@@ -200,6 +200,10 @@ def test_the_learner_learns_only_from_frames_the_switch_accepted(bench: Bench) -
         (Decision(Outcome.DROPPED, "beacon_unverified"), False),
         (Decision(Outcome.DROPPED, "duplicate"), True),  # its own frame, overtaken by a copy
         (Decision(Outcome.DROPPED, "hop_limit"), False),
+        # Taken, with nowhere to go: its only receiver over budget, nobody else there
+        (Decision(Outcome.DROPPED, "unverified_budget"), True),
+        (Decision(Outcome.DROPPED, "no_destination"), True),
+        (Decision(Outcome.DROPPED, "loop"), False),
         (Decision(Outcome.DROPPED, "bad_checksum"), False),
         (
             Decision(Outcome.CONTROL, "batch", inner=((b"", Decision(Outcome.DROPPED, "loop")),)),
