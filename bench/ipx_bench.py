@@ -6,6 +6,9 @@ Usage (as root)::
     python3 bench/ipx_bench.py                 # 3 interleaved rounds, both servers, mixed ports
     python3 bench/ipx_bench.py --rounds 1 --skip-baseline --json /tmp/ipx_bench.json
     python3 bench/ipx_bench.py --rounds 1 --skip-baseline --rates 250   # the quickest full table
+    python3 bench/ipx_bench.py --no-mixed --ipxbox /path/to/ipxbox \
+        --ref-bridge-cmd "env PYTHONPATH=/old/tree python3 -P -m ipxbridge run \
+        --ipx-listen 127.0.0.1:{port} --log-level warning"     # before/after and ipxbox
 
 What it does:
 
@@ -22,6 +25,10 @@ What it does:
   only a small budget (its anti-reflection rule), and the bench measures a game in progress.
   What the bridge still held back or the kernel refused is read from its /metrics and printed;
 * rounds alternate the server order (A B, B A, ...) so drifts hit both servers alike;
+* optional references in the same rounds: ``--ref-bridge-cmd`` (another ipxbridge checkout,
+  ``ipxbridge_ref``: before/after in one run) and ``--ipxbox PATH`` (fragglet's ipxbox, run as
+  ``ipxbox --port P``; built by hand, so off by default and never in CI);
+* every run reports the server's CPU seconds and its resident memory (VmRSS) at the end;
 * mixed ports (``--no-mixed`` leaves them out): in every round, after the DOSBox-only
   scenarios, ipxbridge alone runs with half the stations DOSBox-protocol clients and half
   native IPX stations (``--clients 16``: 8 + 8) at ``--mixed-rate`` broadcasts/s each, and a
@@ -74,7 +81,6 @@ from benchlib.ipxload.servers import (
     DOSBOX_FREE_SLOTS,
     DOSBOX_SLOTS,
     SERVER_CPU,
-    SERVERS,
     Bench,
     preflight,
 )
@@ -131,6 +137,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         ),
         help="ipxbridge command; {port} is replaced",
     )
+    parser.add_argument(
+        "--ref-bridge-cmd",
+        help="a second ipxbridge command run as ipxbridge_ref in the same rounds (e.g. the "
+        "tree before a change); {port} is replaced",
+    )
+    parser.add_argument(
+        "--ipxbox",
+        metavar="PATH",
+        help="also run this ipxbox binary as a reference (ipxbox --port P; off by default)",
+    )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="server UDP port")
     parser.add_argument("--netns", default=DEFAULT_NETNS, help="namespace to create and delete")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the JSON here")
@@ -141,6 +157,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         parser.error("--rates and --mixed-rate must be positive")
     if args.size < MIN_SIZE or args.size + ipx.HEADER_LEN > 1400:
         parser.error(f"--size must be between {MIN_SIZE} and {1400 - ipx.HEADER_LEN}")
+    if args.ipxbox is not None and not os.access(args.ipxbox, os.X_OK):
+        parser.error(f"--ipxbox {args.ipxbox}: not an executable file")
     return args
 
 
@@ -161,7 +179,8 @@ def run_rounds(
     drifts hit both alike; DOSBox is dropped for good if it never once starts."""
     runs: list[JsonDict] = []
     for round_no in range(args.rounds):
-        order = SERVERS if round_no % 2 == 0 else SERVERS[::-1]
+        servers = bench.servers()
+        order = servers if round_no % 2 == 0 else servers[::-1]
         for scenario in scenarios:
             for kind in order:
                 if kind == "dosbox" and not bench.dosbox_ok:
@@ -220,6 +239,8 @@ def make_report(
             "size": args.size,
             "baseline": baseline,
             "bridge_cmd": args.bridge_cmd,
+            "ref_bridge_cmd": args.ref_bridge_cmd,
+            "ipxbox": args.ipxbox,
             "port": args.port,
             "server_cpu": SERVER_CPU,
             "client_cpu": CLIENT_CPU,
@@ -298,6 +319,8 @@ def main(argv: Sequence[str]) -> int:
         script,
         dosbox_ok=baseline,
         segment_if=SEGMENT_IF if args.mixed else None,
+        ref_bridge_cmd=args.ref_bridge_cmd,
+        ipxbox=args.ipxbox,
     )
     started = time.time()
     made = (args.netns, segment_ns(args)) if args.mixed else (args.netns,)
