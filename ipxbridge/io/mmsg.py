@@ -19,7 +19,7 @@ import ctypes.util
 import errno
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 Address = tuple[str, int]
@@ -148,7 +148,8 @@ class MmsgSender:
         if _LIBC is None:
             raise OSError(errno.ENOSYS, "sendmmsg is not available")
         self._fd = sock.fileno()
-        self._call = _LIBC.sendmmsg
+        # sendmmsg(fd, msgvec, vlen, flags); a test puts a scripted stand-in here.
+        self._call: Callable[[int, int, int, int], int] = _LIBC.sendmmsg
         self._plain = PlainSender(sock)
         self._buf = bytearray(65_535)  # the payload; from_buffer pins its address
         self._buf_mv = memoryview(self._buf)
