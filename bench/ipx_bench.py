@@ -6,6 +6,7 @@ Usage (as root)::
     python3 bench/ipx_bench.py                 # 3 interleaved rounds, both servers, mixed ports
     python3 bench/ipx_bench.py --rounds 1 --skip-baseline --json /tmp/ipx_bench.json
     python3 bench/ipx_bench.py --rounds 1 --skip-baseline --rates 250   # the quickest full table
+    python3 bench/ipx_bench.py --soak 600 --rates 500   # RSS at 1 min and after 10 min
     python3 bench/ipx_bench.py --no-mixed --ipxbox /path/to/ipxbox \
         --ref-bridge-cmd "env PYTHONPATH=/old/tree python3 -P -m ipxbridge run \
         --ipx-listen 127.0.0.1:{port} --log-level warning"     # before/after and ipxbox
@@ -48,14 +49,17 @@ delivery ratio is measured over the synthetic clients.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Final
 
@@ -80,11 +84,13 @@ from benchlib.ipxload.servers import (
     CLIENT_CPU,
     DOSBOX_FREE_SLOTS,
     DOSBOX_SLOTS,
+    KEEPALIVE_WAIT,
     SERVER_CPU,
     Bench,
     preflight,
 )
 from benchlib.netns import exit_on_signals, namespaces
+from benchlib.procstat import rss_kib
 
 from ipxbridge.wire import ipx
 
@@ -146,6 +152,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--ipxbox",
         metavar="PATH",
         help="also run this ipxbox binary as a reference (ipxbox --port P; off by default)",
+    )
+    parser.add_argument(
+        "--soak",
+        type=float,
+        metavar="SECONDS",
+        help="instead of the rounds: ipxbridge alone, --clients x the first --rates for "
+        "SECONDS, its RSS sampled every 5 s; reports RSS at 1 minute and at the end",
     )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="server UDP port")
     parser.add_argument("--netns", default=DEFAULT_NETNS, help="namespace to create and delete")
@@ -215,6 +228,79 @@ def run_rounds(
                     )
                     bench.dosbox_ok = False
     return runs
+
+
+SOAK_SAMPLE: Final = 5.0
+SOAK_REFERENCE: Final = 60.0  # RSS at one minute: the bridge has its tables and caches
+
+
+def run_soak(args: argparse.Namespace, bench: Bench) -> JsonDict:
+    """One long broadcast run on ipxbridge; its RSS every ``SOAK_SAMPLE`` seconds."""
+    spec = ClientSpec(
+        "bcast",
+        args.port,
+        args.clients,
+        args.rates[0],
+        args.soak,
+        args.rtt_count,
+        args.size,
+        0,
+        keepalive_wait=KEEPALIVE_WAIT,
+        dedupe=False,
+    )
+    server = bench.start_bridge("soak")
+    samples: list[tuple[float, int]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        start = time.monotonic()
+        while not done.wait(SOAK_SAMPLE):
+            with contextlib.suppress(OSError):
+                samples.append((round(time.monotonic() - start, 1), rss_kib(server.pid)))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = bench.run_client(ClientSpec(**{**asdict(spec), "server_pid": server.pid}))
+    finally:
+        done.set()
+        sampler.join()
+        cpu, rss_end = bench.stop(server)
+    # The load starts after registration and the keepalive wait: count from the first
+    # sample past SOAK_REFERENCE seconds of the server's life.
+    minute = next((kib for t, kib in samples if t >= SOAK_REFERENCE), None)
+    last = samples[-1][1] if samples else rss_end
+    return {
+        "soak_s": args.soak,
+        "clients": args.clients,
+        "rate": args.rates[0],
+        "rss_kib_1min": minute,
+        "rss_kib_end": last,
+        "rss_growth": round(last / minute - 1, 4) if minute and last else None,
+        "rss_samples": samples,
+        "server_total_cpu_s": cpu,
+        "run": result,
+    }
+
+
+def print_soak(report: JsonDict) -> None:
+    """The soak's lines, then its JSON."""
+    run = report["run"]
+    print(
+        f"soak {report['soak_s']:g} s, {report['clients']} clients x {report['rate']:g}/s: "
+        f"delivered {run.get('delivered')}/{run.get('expected')} "
+        f"({run.get('delivery_ratio')}), server drops {run.get('server_socket_drops')}"
+    )
+    growth = report["rss_growth"]
+    print(
+        f"RSS at 1 min {_kib(report['rss_kib_1min'])}, at the end {_kib(report['rss_kib_end'])}"
+        f" ({'-' if growth is None else f'{100 * growth:+.1f} %'})"
+    )
+    print(json.dumps(report))
+
+
+def _kib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1024:.1f} MiB"
 
 
 def make_report(
@@ -323,6 +409,17 @@ def main(argv: Sequence[str]) -> int:
         ipxbox=args.ipxbox,
     )
     started = time.time()
+    if args.soak:
+        with namespaces(args.netns):
+            try:
+                soak = run_soak(args, bench)
+            finally:
+                bench.stop_all()
+                shutil.rmtree(workdir, ignore_errors=True)
+        print_soak(soak)
+        if args.json is not None:
+            args.json.write_text(json.dumps(soak, indent=2) + "\n", encoding="utf-8")
+        return 0
     made = (args.netns, segment_ns(args)) if args.mixed else (args.netns,)
     try:
         # Every namespace made here is deleted on the way out: an error, Ctrl-C, SIGTERM/HUP.
