@@ -54,6 +54,9 @@ class _Mmsghdr(ctypes.Structure):
     _fields_ = (("msg_hdr", _Msghdr), ("msg_len", ctypes.c_uint))
 
 
+_MSG_SIZE: Final = ctypes.sizeof(_Mmsghdr)
+
+
 def _probe() -> ctypes.CDLL | None:
     """Libc with ``sendmmsg`` and ``recvmmsg``, or None (not Linux, or no such libc)."""
     if not sys.platform.startswith("linux") or ctypes.sizeof(_Mmsghdr) != 16 * 4:
@@ -214,7 +217,6 @@ class MmsgSender:
         call = self._call
         fd = self._fd
         names = self._names_mv
-        size = ctypes.sizeof(_Mmsghdr)
         for base in range(0, count, BATCH):
             chunk = min(BATCH, count - base)
             names[: chunk * _SOCKADDR_LEN] = block[
@@ -222,7 +224,7 @@ class MmsgSender:
             ]
             done = 0
             while done < chunk:
-                sent = call(fd, self._msgs_at + done * size, chunk - done, 0)
+                sent = call(fd, self._msgs_at + done * _MSG_SIZE, chunk - done, 0)
                 if sent > 0:
                     done += sent
                     continue

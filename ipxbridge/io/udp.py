@@ -30,6 +30,7 @@ from ipxbridge.obs.counters import TUNNEL, IpxCounters, LatencyHistogram
 from ipxbridge.obs.logging import RateLimiter
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.switch import Address, Decision, IpxSwitch, Outcome, Port, Segment
+from ipxbridge.wire.directplay import DPlayKind, classify
 from ipxbridge.wire.ipx import HEADER_LEN, SOCKET_DPLAY_DISCOVERY, IpxHeader, dosbox_node
 from ipxbridge.wire.uplink import UPLINK_NODE
 
@@ -429,13 +430,17 @@ class IpxEndpoint:
         header = decision.header
         inspector = self.inspector
         if inspector is not None and header is not None and len(data) > HEADER_LEN:
-            inspector.inspect(
-                memoryview(data)[HEADER_LEN:],
-                transport="ipx",
-                host=ipx_host(header),
-                source=("ipx", header.src_node),
-                now=now,
-            )
+            payload = memoryview(data)[HEADER_LEN:]
+            kind = classify(payload)
+            if kind is not DPlayKind.NONE:  # the host string only for DirectPlay (most are not)
+                inspector.inspect(
+                    payload,
+                    transport="ipx",
+                    host=ipx_host(header),
+                    source=("ipx", header.src_node),
+                    now=now,
+                    kind=kind,
+                )
 
     def _apply_batch(
         self,
