@@ -6,6 +6,10 @@ Usage (as root)::
     python3 bench/ipx_bench.py                 # 3 interleaved rounds, both servers, mixed ports
     python3 bench/ipx_bench.py --rounds 1 --skip-baseline --json /tmp/ipx_bench.json
     python3 bench/ipx_bench.py --rounds 1 --skip-baseline --rates 250   # the quickest full table
+    python3 bench/ipx_bench.py --soak 600 --rates 500   # RSS at 1 min and after 10 min
+    python3 bench/ipx_bench.py --no-mixed --ipxbox /path/to/ipxbox \
+        --ref-bridge-cmd "env PYTHONPATH=/old/tree python3 -P -m ipxbridge run \
+        --ipx-listen 127.0.0.1:{port} --log-level warning"     # before/after and ipxbox
 
 What it does:
 
@@ -22,6 +26,10 @@ What it does:
   only a small budget (its anti-reflection rule), and the bench measures a game in progress.
   What the bridge still held back or the kernel refused is read from its /metrics and printed;
 * rounds alternate the server order (A B, B A, ...) so drifts hit both servers alike;
+* optional references in the same rounds: ``--ref-bridge-cmd`` (another ipxbridge checkout,
+  ``ipxbridge_ref``: before/after in one run) and ``--ipxbox PATH`` (fragglet's ipxbox, run as
+  ``ipxbox --port P``; built by hand, so off by default and never in CI);
+* every run reports the server's CPU seconds and its resident memory (VmRSS) at the end;
 * mixed ports (``--no-mixed`` leaves them out): in every round, after the DOSBox-only
   scenarios, ipxbridge alone runs with half the stations DOSBox-protocol clients and half
   native IPX stations (``--clients 16``: 8 + 8) at ``--mixed-rate`` broadcasts/s each, and a
@@ -41,14 +49,17 @@ delivery ratio is measured over the synthetic clients.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Final
 
@@ -73,12 +84,13 @@ from benchlib.ipxload.servers import (
     CLIENT_CPU,
     DOSBOX_FREE_SLOTS,
     DOSBOX_SLOTS,
+    KEEPALIVE_WAIT,
     SERVER_CPU,
-    SERVERS,
     Bench,
     preflight,
 )
 from benchlib.netns import exit_on_signals, namespaces
+from benchlib.procstat import rss_kib
 
 from ipxbridge.wire import ipx
 
@@ -131,6 +143,23 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         ),
         help="ipxbridge command; {port} is replaced",
     )
+    parser.add_argument(
+        "--ref-bridge-cmd",
+        help="a second ipxbridge command run as ipxbridge_ref in the same rounds (e.g. the "
+        "tree before a change); {port} is replaced",
+    )
+    parser.add_argument(
+        "--ipxbox",
+        metavar="PATH",
+        help="also run this ipxbox binary as a reference (ipxbox --port P; off by default)",
+    )
+    parser.add_argument(
+        "--soak",
+        type=float,
+        metavar="SECONDS",
+        help="instead of the rounds: ipxbridge alone, --clients x the first --rates for "
+        "SECONDS, its RSS sampled every 5 s; reports RSS at 1 minute and at the end",
+    )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="server UDP port")
     parser.add_argument("--netns", default=DEFAULT_NETNS, help="namespace to create and delete")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the JSON here")
@@ -141,6 +170,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         parser.error("--rates and --mixed-rate must be positive")
     if args.size < MIN_SIZE or args.size + ipx.HEADER_LEN > 1400:
         parser.error(f"--size must be between {MIN_SIZE} and {1400 - ipx.HEADER_LEN}")
+    if args.ipxbox is not None and not os.access(args.ipxbox, os.X_OK):
+        parser.error(f"--ipxbox {args.ipxbox}: not an executable file")
     return args
 
 
@@ -161,7 +192,8 @@ def run_rounds(
     drifts hit both alike; DOSBox is dropped for good if it never once starts."""
     runs: list[JsonDict] = []
     for round_no in range(args.rounds):
-        order = SERVERS if round_no % 2 == 0 else SERVERS[::-1]
+        servers = bench.servers()
+        order = servers if round_no % 2 == 0 else servers[::-1]
         for scenario in scenarios:
             for kind in order:
                 if kind == "dosbox" and not bench.dosbox_ok:
@@ -198,6 +230,79 @@ def run_rounds(
     return runs
 
 
+SOAK_SAMPLE: Final = 5.0
+SOAK_REFERENCE: Final = 60.0  # RSS at one minute: the bridge has its tables and caches
+
+
+def run_soak(args: argparse.Namespace, bench: Bench) -> JsonDict:
+    """One long broadcast run on ipxbridge; its RSS every ``SOAK_SAMPLE`` seconds."""
+    spec = ClientSpec(
+        "bcast",
+        args.port,
+        args.clients,
+        args.rates[0],
+        args.soak,
+        args.rtt_count,
+        args.size,
+        0,
+        keepalive_wait=KEEPALIVE_WAIT,
+        dedupe=False,
+    )
+    server = bench.start_bridge("soak")
+    samples: list[tuple[float, int]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        start = time.monotonic()
+        while not done.wait(SOAK_SAMPLE):
+            with contextlib.suppress(OSError):
+                samples.append((round(time.monotonic() - start, 1), rss_kib(server.pid)))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = bench.run_client(ClientSpec(**{**asdict(spec), "server_pid": server.pid}))
+    finally:
+        done.set()
+        sampler.join()
+        cpu, rss_end = bench.stop(server)
+    # The load starts after registration and the keepalive wait: count from the first
+    # sample past SOAK_REFERENCE seconds of the server's life.
+    minute = next((kib for t, kib in samples if t >= SOAK_REFERENCE), None)
+    last = samples[-1][1] if samples else rss_end
+    return {
+        "soak_s": args.soak,
+        "clients": args.clients,
+        "rate": args.rates[0],
+        "rss_kib_1min": minute,
+        "rss_kib_end": last,
+        "rss_growth": round(last / minute - 1, 4) if minute and last else None,
+        "rss_samples": samples,
+        "server_total_cpu_s": cpu,
+        "run": result,
+    }
+
+
+def print_soak(report: JsonDict) -> None:
+    """The soak's lines, then its JSON."""
+    run = report["run"]
+    print(
+        f"soak {report['soak_s']:g} s, {report['clients']} clients x {report['rate']:g}/s: "
+        f"delivered {run.get('delivered')}/{run.get('expected')} "
+        f"({run.get('delivery_ratio')}), server drops {run.get('server_socket_drops')}"
+    )
+    growth = report["rss_growth"]
+    print(
+        f"RSS at 1 min {_kib(report['rss_kib_1min'])}, at the end {_kib(report['rss_kib_end'])}"
+        f" ({'-' if growth is None else f'{100 * growth:+.1f} %'})"
+    )
+    print(json.dumps(report))
+
+
+def _kib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1024:.1f} MiB"
+
+
 def make_report(
     args: argparse.Namespace,
     runs: list[JsonDict],
@@ -220,6 +325,8 @@ def make_report(
             "size": args.size,
             "baseline": baseline,
             "bridge_cmd": args.bridge_cmd,
+            "ref_bridge_cmd": args.ref_bridge_cmd,
+            "ipxbox": args.ipxbox,
             "port": args.port,
             "server_cpu": SERVER_CPU,
             "client_cpu": CLIENT_CPU,
@@ -298,8 +405,21 @@ def main(argv: Sequence[str]) -> int:
         script,
         dosbox_ok=baseline,
         segment_if=SEGMENT_IF if args.mixed else None,
+        ref_bridge_cmd=args.ref_bridge_cmd,
+        ipxbox=args.ipxbox,
     )
     started = time.time()
+    if args.soak:
+        with namespaces(args.netns):
+            try:
+                soak = run_soak(args, bench)
+            finally:
+                bench.stop_all()
+                shutil.rmtree(workdir, ignore_errors=True)
+        print_soak(soak)
+        if args.json is not None:
+            args.json.write_text(json.dumps(soak, indent=2) + "\n", encoding="utf-8")
+        return 0
     made = (args.netns, segment_ns(args)) if args.mixed else (args.netns,)
     try:
         # Every namespace made here is deleted on the way out: an error, Ctrl-C, SIGTERM/HUP.

@@ -5,9 +5,10 @@ Only bytes and timers move here (aioquic ``asyncio/protocol.py`` style):
 * ``add_reader`` plus a drain loop: each wake-up reads datagrams until the socket is empty
   (bounded per wake-up so timers still run). CPython's ``DatagramProtocol`` reads one datagram
   per wake-up, about half the throughput (docs/architecture.md B5).
-* Sends are non-blocking ``sendto`` calls. ``EAGAIN`` and every other errno are counted per
-  errno name and the copy is dropped: there is no send queue to grow without bound
-  (docs/reliability.md item 5).
+* Sends are non-blocking: all copies of a packet in one ``sendmmsg`` (``io/mmsg.py``; one
+  ``sendto`` per copy where the probe finds no ``sendmmsg``). ``EAGAIN`` and every other errno
+  are counted per copy by errno name and the copy is dropped: there is no send queue to grow
+  without bound (docs/reliability.md item 5).
 * ``WireError`` never escapes: the policy turns malformed datagrams into counted drops. Nor
   does anything else: the work on each datagram is guarded, and an unexpected exception is a
   counted drop (``internal_error``) with one traceback logged a minute (``fault``).
@@ -18,23 +19,24 @@ import errno
 import logging
 import socket
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Final
 
 from ipxbridge.errors import StartupError
+from ipxbridge.io.mmsg import RECV_BATCH, errno_name, receiver_for, sender_for
 from ipxbridge.io.segments import Rfc1234Port, SegmentPort, accepted
 from ipxbridge.io.sockstats import socket_drops
 from ipxbridge.obs.counters import TUNNEL, IpxCounters, LatencyHistogram
 from ipxbridge.obs.logging import RateLimiter
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.switch import Address, Decision, IpxSwitch, Outcome, Port, Segment
+from ipxbridge.wire.directplay import DPlayKind, classify
 from ipxbridge.wire.ipx import HEADER_LEN, SOCKET_DPLAY_DISCOVERY, IpxHeader, dosbox_node
 from ipxbridge.wire.uplink import UPLINK_NODE
 
 logger = logging.getLogger(__name__)
 
-RECV_BUFSIZE: Final = 65_535  # datagrams up to 65,507 bytes are accepted
 MAX_PER_WAKEUP: Final = 512
 SOCKET_BUFFER: Final = 8 << 20
 # The bridge's own socket for DirectPlay probes (dynamic range 0x4000-0x7FFF).
@@ -137,6 +139,9 @@ class IpxEndpoint:
         # Client and uplink events as (source, kind, address) for the status page, kept
         # whether or not the log's rate limit lets them through; its owner drains it.
         self.event_tap: deque[tuple[str, str, Address]] | None = None
+        # sendmmsg and recvmmsg when the probe found them, else sendto/recvfrom (io/mmsg.py)
+        self._sender = sender_for(sock)
+        self._receiver = receiver_for(sock)
 
     @property
     def address(self) -> Address:
@@ -172,41 +177,64 @@ class IpxEndpoint:
     def _send_many(
         self, packet: bytes, targets: tuple[Port, ...], client_packet: bytes | None = None
     ) -> None:
-        """One ``sendto`` per copy (the floor: ~60% of forwarding time); counted once.
+        """Every copy out of the tunnel socket in one batch (``io/mmsg.py``); counted once.
 
         A segment target goes to its port, which counts its own copies (frames per framing,
         datagrams per peer). ``client_packet``: what DOSBox-protocol clients get instead
         (policy/switch.py rule 10).
         """
-        sendto = self._sock.sendto
-        peers = self.switch.peers
-        clients = self.switch.clients if client_packet is not None else None
-        client_of = self.switch.clients.get
-        alt = client_packet or packet
-        alt_len = len(alt)  # what a DOSBox-protocol client gets, either way
-        counters = self.counters
+        switch = self.switch
+        peers = switch.peers
+        uplinks = switch.uplinks
         links = self.uplink_links
-        uplinks = self.switch.uplinks
-        sent = to_peers = to_uplinks = 0
+        counters = self.counters
+        client_of = switch.clients.get
+        if client_packet is None and not (peers or uplinks or links or switch.segments):
+            # Only DOSBox clients can be targets: one batch, every copy a dosbox copy.
+            refused = self._sender.send(packet, targets)  # type: ignore[arg-type]
+            for _, code in refused:
+                counters.send_errors[(*_DOSBOX, errno_name(code))] += 1
+            sent = len(targets) - len(refused)
+            if sent:
+                size = len(packet)
+                counters.copies_sent += sent
+                counters.bytes_sent += sent * size
+                counters.port_copies[_DOSBOX] += sent
+                failed = {index for index, _ in refused} if refused else None
+                for index, addr in enumerate(targets):  # each client's books (status page)
+                    if failed and index in failed:
+                        continue
+                    if (client := client_of(addr)) is not None:  # type: ignore[arg-type]
+                        client.tx_packets += 1
+                        client.tx_bytes += size
+            return
+        clients = switch.clients if client_packet is not None else None
+        main: list[Address] = []
+        alt: list[Address] = []
+        to_uplinks = 0
         for addr in targets:
             if isinstance(addr, Segment):
                 port = self.segments.get(addr)
                 if port is not None:
                     port.send(packet, packet[10:16])  # destination node, docs/protocols.md 3.1
-                continue
-            if links and addr in links:
+            elif links and addr in links:
                 to_uplinks += links[addr](packet)  # a client uplink's own socket
-                continue
-            try:
-                if clients is not None and addr in clients:
-                    sendto(alt, addr)
-                else:
-                    sendto(packet, addr)
-            except OSError as exc:
-                # BlockingIOError carries EAGAIN; any errno is a send error of its port
-                name = errno.errorcode.get(exc.errno or 0, "EUNKNOWN")
-                counters.send_errors[(*(_PEER if addr in peers else _DOSBOX), name)] += 1
+            elif clients is not None and addr in clients:
+                alt.append(addr)
             else:
+                main.append(addr)
+        sent = to_peers = 0
+        for batch, payload in ((main, packet), (alt, client_packet)):
+            if not batch or payload is None:
+                continue
+            refused = self._sender.send(payload, batch)
+            failed = {index for index, _ in refused}
+            for index, code in refused:
+                port_kind = _PEER if batch[index] in peers else _DOSBOX
+                counters.send_errors[(*port_kind, errno_name(code))] += 1
+            for index, addr in enumerate(batch):
+                if failed and index in failed:
+                    continue
                 if uplinks and addr in uplinks:
                     to_uplinks += 1  # an uplink client of ours, through the tunnel socket
                     continue
@@ -217,7 +245,7 @@ class IpxEndpoint:
                     peer.tx_bytes += len(packet)
                 elif (client := client_of(addr)) is not None:  # its books (status page)
                     client.tx_packets += 1
-                    client.tx_bytes += alt_len
+                    client.tx_bytes += len(payload)
         if to_uplinks:
             counters.copies_sent += to_uplinks
             counters.bytes_sent += to_uplinks * len(packet)
@@ -230,8 +258,25 @@ class IpxEndpoint:
             if to_peers:
                 counters.port_copies[_PEER] += to_peers
 
+    def _read_batches(self) -> Iterator[tuple[bytes, Address]]:
+        """Up to ``MAX_PER_WAKEUP`` datagrams, a ``recvmmsg`` batch at a time (io/mmsg.py).
+
+        A short batch means the socket is empty: no further call to find that out. A read
+        error (e.g. a queued ICMP error, no datagram of ours) is counted and ends the wake-up.
+        """
+        recv = self._receiver.recv
+        left = MAX_PER_WAKEUP
+        while left > 0:
+            batch, error = recv()
+            yield from batch
+            if error:
+                self.counters.recv_errors += 1
+                return
+            if len(batch) < RECV_BATCH:
+                return
+            left -= len(batch)
+
     def _on_readable(self) -> None:
-        sock = self._sock
         switch = self.switch
         counters = self.counters
         apply = self._apply
@@ -239,15 +284,7 @@ class IpxEndpoint:
         peers = switch.peers
         udp_segments = bool(switch.segments)
         now = self._loop.time()
-        for _ in range(MAX_PER_WAKEUP):
-            try:
-                data, addr = sock.recvfrom(RECV_BUFSIZE)
-            except BlockingIOError:
-                break
-            except OSError:
-                # e.g. a queued ICMP error; the datagram itself was never delivered to us.
-                counters.recv_errors += 1
-                break
+        for data, addr in self._read_batches():
             label = _DOSBOX
             booked = False
             try:
@@ -411,13 +448,17 @@ class IpxEndpoint:
         header = decision.header
         inspector = self.inspector
         if inspector is not None and header is not None and len(data) > HEADER_LEN:
-            inspector.inspect(
-                memoryview(data)[HEADER_LEN:],
-                transport="ipx",
-                host=ipx_host(header),
-                source=("ipx", header.src_node),
-                now=now,
-            )
+            payload = memoryview(data)[HEADER_LEN:]
+            kind = classify(payload)
+            if kind is not DPlayKind.NONE:  # the host string only for DirectPlay (most are not)
+                inspector.inspect(
+                    payload,
+                    transport="ipx",
+                    host=ipx_host(header),
+                    source=("ipx", header.src_node),
+                    now=now,
+                    kind=kind,
+                )
 
     def _apply_batch(
         self,

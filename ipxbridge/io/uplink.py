@@ -15,7 +15,8 @@ import logging
 import socket
 from typing import Final
 
-from ipxbridge.io.udp import MAX_PER_WAKEUP, RECV_BUFSIZE, UPLINK_LABEL, IpxEndpoint
+from ipxbridge.io.mmsg import RECV_BUFSIZE
+from ipxbridge.io.udp import MAX_PER_WAKEUP, UPLINK_LABEL, IpxEndpoint
 from ipxbridge.policy.switch import Address
 from ipxbridge.policy.uplink import UplinkClient
 from ipxbridge.wire.uplink import is_uplink_control

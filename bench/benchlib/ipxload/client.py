@@ -110,6 +110,9 @@ class ClientSpec:
     # > 0: wait up to this long for the server's first keepalive to every DOSBox-protocol
     # client and answer it (ipxbridge verifies a client by that answer: warm_up).
     keepalive_wait: float = 0.0
+    # False (the soak): count copies without remembering each broadcast seen, so a run of
+    # minutes does not grow the load generator by millions of set entries.
+    dedupe: bool = True
 
 
 class Endpoint(Protocol):
@@ -352,8 +355,9 @@ def measure_rtt(pinger: Endpoint, echoer: Endpoint, spec: ClientSpec) -> JsonDic
 class BroadcastReceiver:
     """Counts distinct benchmark broadcasts per receiving station."""
 
-    def __init__(self, stations: Sequence[Endpoint]) -> None:
+    def __init__(self, stations: Sequence[Endpoint], *, dedupe: bool = True) -> None:
         self.stations = stations
+        self.dedupe = dedupe
         self.seen: list[set[int]] = [set() for _ in stations]
         self.delivered = 0
         self.duplicates = 0
@@ -381,6 +385,9 @@ class BroadcastReceiver:
                 sender, seq = unpack(data, ipx.HEADER_LEN)
                 if sender == index:
                     self.own_copies += 1
+                    continue
+                if not self.dedupe:
+                    self.delivered += 1
                     continue
                 key = sender << 32 | seq
                 if key in seen:
@@ -434,7 +441,7 @@ def measure_bcast(stations: Sequence[Endpoint], spec: ClientSpec) -> JsonDict:
     trailers = [pad + tail for _, tail in parts]
     natives = [s for s in stations if isinstance(s, NativeStation)]
     socks = [s.sock for s in stations]
-    receiver = BroadcastReceiver(stations)
+    receiver = BroadcastReceiver(stations, dedupe=spec.dedupe)
     by_fd: dict[int, int] = {}
     poller = select.epoll()
     for index, sock in enumerate(socks):

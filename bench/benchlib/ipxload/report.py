@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from benchlib.ipxload.client import JsonDict
-from benchlib.ipxload.servers import DOSBOX_FREE_SLOTS, SERVERS
+from benchlib.ipxload.servers import ALL_SERVERS, DOSBOX_FREE_SLOTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +87,8 @@ def natives_for(scenario: Scenario, clients: int) -> int:
 
 
 def servers_for(scenario: Scenario) -> tuple[str, ...]:
-    """The servers a scenario runs on: DOSBox's server has no Ethernet port."""
-    return ("ipxbridge",) if scenario.mixed else SERVERS
+    """The servers a scenario may run on: only ipxbridge has an Ethernet port."""
+    return ("ipxbridge",) if scenario.mixed else ALL_SERVERS
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -97,11 +97,12 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 def summarise(runs: Sequence[JsonDict], scenarios: Sequence[Scenario]) -> JsonDict:
-    """Medians per scenario and server, and the ipxbridge/DOSBox ratios."""
+    """Medians per scenario and server, and the ipxbridge/DOSBox ratios (and, with those
+    servers in the run, ipxbridge's CPU over ipxbox's and over the reference bridge's)."""
     summary: JsonDict = {}
     for scenario in scenarios:
         entry: JsonDict = {}
-        for kind in SERVERS:
+        for kind in ALL_SERVERS:
             good = [
                 r
                 for r in runs
@@ -135,8 +136,18 @@ def summarise(runs: Sequence[JsonDict], scenarios: Sequence[Scenario]) -> JsonDi
                 "failed": failed,
                 "clients": good[0].get("clients", 2),
             }
-            for key in (*keys, "server_cpu_s"):
+            for key in (*keys, "server_cpu_s", "server_rss_kib"):
                 medians[key] = _median([r.get(key) for r in good])
+            if scenario.kind == "bcast":
+                # CPU per copy delivered: servers that deliver different counts compare too.
+                medians["cpu_us_per_copy"] = _median(
+                    [
+                        1e6 * r["server_cpu_s"] / r["delivered"]
+                        if r.get("server_cpu_s") is not None and r.get("delivered")
+                        else None
+                        for r in good
+                    ]
+                )
             if scenario.mixed and scenario.kind == "bcast":
                 medians.update(_mixed_medians(good))
             entry[kind] = medians
@@ -154,6 +165,12 @@ def summarise(runs: Sequence[JsonDict], scenarios: Sequence[Scenario]) -> JsonDi
             entry["ratio_ipxbridge_over_dosbox_delivery"] = (
                 round(num / den, 2) if num and den else None
             )
+            for other in ("ipxbox", "ipxbridge_ref"):
+                if other in entry:
+                    num, den = bridge.get("server_cpu_s"), entry[other].get("server_cpu_s")
+                    entry[f"ratio_ipxbridge_over_{other}_cpu"] = (
+                        round(num / den, 2) if num and den else None
+                    )
         summary[scenario.name] = entry
     return summary
 
@@ -229,19 +246,19 @@ def render_table(summary: JsonDict, scenarios: Sequence[Scenario]) -> str:
     out: list[str] = []
     out.append("Unicast RTT (client0 -> client1 -> client0), medians over runs, microseconds")
     out.append(
-        f"  {'server':<11}{'runs':>5}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"
+        f"  {'server':<14}{'runs':>5}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}"
         f"{'lost':>6}{'srv cpu s':>11}"
     )
     for scenario in scenarios:
         entry = summary.get(scenario.name, {})
         if scenario.kind != "rtt" or scenario.mixed:
             continue
-        for kind in SERVERS:
+        for kind in ALL_SERVERS:
             m = entry.get(kind)
             if m is None:
                 continue
             out.append(
-                f"  {kind:<11}{m['runs']:>5}{_num(m.get('p50_us'), '.1f'):>10}"
+                f"  {kind:<14}{m['runs']:>5}{_num(m.get('p50_us'), '.1f'):>10}"
                 f"{_num(m.get('p90_us'), '.1f'):>10}{_num(m.get('p99_us'), '.1f'):>10}"
                 f"{_num(m.get('max_us'), '.1f'):>10}{_num(m.get('lost'), '.0f'):>6}"
                 f"{_num(m.get('server_cpu_s'), '.3f'):>11}"
@@ -251,30 +268,39 @@ def render_table(summary: JsonDict, scenarios: Sequence[Scenario]) -> str:
     out.append("")
     out.append("Broadcast fan-out, medians over runs (ratio = delivered / (sent x (clients-1)))")
     out.append(
-        f"  {'scenario':<15}{'server':<11}{'cli':>4}{'runs':>5}{'sent':>8}{'expected':>10}"
+        f"  {'scenario':<15}{'server':<14}{'cli':>4}{'runs':>5}{'sent':>8}{'expected':>10}"
         f"{'delivered':>11}{'ratio':>9}{'srv drop':>9}{'cli drop':>9}"
-        f"{'srv cpu':>9}{'cpu%':>6}"
+        f"{'srv cpu':>9}{'cpu%':>6}{'us/copy':>8}{'RSS MiB':>8}"
     )
     for scenario in scenarios:
         if scenario.kind != "bcast" or scenario.mixed:
             continue
         entry = summary.get(scenario.name, {})
-        for kind in SERVERS:
+        for kind in ALL_SERVERS:
             m = entry.get(kind)
             if m is None:
                 continue
-            share = m.get("server_cpu_share")
+            share, rss = m.get("server_cpu_share"), m.get("server_rss_kib")
             out.append(
-                f"  {scenario.name:<15}{kind:<11}{_num(m.get('clients'), 'd'):>4}{m['runs']:>5}"
+                f"  {scenario.name:<15}{kind:<14}{_num(m.get('clients'), 'd'):>4}{m['runs']:>5}"
                 f"{_num(m.get('sent'), '.0f'):>8}{_num(m.get('expected'), '.0f'):>10}"
                 f"{_num(m.get('delivered'), '.0f'):>11}{_num(m.get('delivery_ratio'), '.4f'):>9}"
                 f"{_num(m.get('server_socket_drops'), '.0f'):>9}"
                 f"{_num(m.get('client_socket_drops'), '.0f'):>9}"
                 f"{_num(m.get('server_cpu_s'), '.2f'):>9}"
                 f"{_num(None if share is None else 100 * share, '.0f'):>6}"
+                f"{_num(m.get('cpu_us_per_copy'), '.2f'):>8}"
+                f"{_num(None if rss is None else rss / 1024, '.1f'):>8}"
             )
         ratio = entry.get("ratio_ipxbridge_over_dosbox_delivery")
         out.append(f"  {scenario.name}: ratio ipxbridge/dosbox (delivery): {_num(ratio, '.2f')}x")
+        for other in ("ipxbox", "ipxbridge_ref"):
+            key = f"ratio_ipxbridge_over_{other}_cpu"
+            if key in entry:
+                out.append(
+                    f"  {scenario.name}: ratio ipxbridge/{other} (server CPU): "
+                    f"{_num(entry[key], '.2f')}x"
+                )
     return "\n".join(out)
 
 

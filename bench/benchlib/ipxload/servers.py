@@ -1,6 +1,10 @@
 """The orchestrator's side: a fresh server per run inside the namespace, the load generator
 beside it, each on its own CPU. A mixed-ports run gives the bridge the Ethernet segment too
-(``--ipx-iface IF:ethernet``); the DOSBox-only runs start it as before, without it."""
+(``--ipx-iface IF:ethernet``); the DOSBox-only runs start it as before, without it.
+
+Servers: ``ipxbridge`` (``--bridge-cmd``), ``dosbox`` (DOSBox's own server, the baseline) and,
+when asked for, ``ipxbridge_ref`` (``--ref-bridge-cmd``: another checkout, for before/after in
+one run) and ``ipxbox`` (``--ipxbox PATH``, a reference built by hand: not in CI)."""
 
 import contextlib
 import json
@@ -26,11 +30,15 @@ from benchlib.ipxload.client import (
     JsonDict,
     process_cpu_seconds,
 )
+from benchlib.procstat import rss_kib
 from ipxbridge.policy.switch import FIRST_PROBE_DELAY
 
 SERVER_CPU: Final = 1
 CLIENT_CPU: Final = 0
 SERVERS: Final = ("ipxbridge", "dosbox")
+# Every server the tables know, in their order; the optional ones run only when configured.
+ALL_SERVERS: Final = ("ipxbridge", "ipxbridge_ref", "dosbox", "ipxbox")
+BRIDGES: Final = ("ipxbridge", "ipxbridge_ref")
 DOSBOX_SLOTS: Final = 16
 DOSBOX_FREE_SLOTS: Final = DOSBOX_SLOTS - 1  # ipxnet startserver registers DOSBox itself
 # Broadcast runs on ipxbridge wait this long at most for its first keepalive to each client
@@ -55,6 +63,18 @@ class Bench:
     running: list[Process] = field(default_factory=list)
     dosbox_ok: bool = True
     segment_if: str | None = None
+    ref_bridge_cmd: str | None = None
+    ipxbox: str | None = None
+
+    def servers(self) -> tuple[str, ...]:
+        """The servers this run compares, in table order."""
+        wanted = {
+            "ipxbridge": True,
+            "ipxbridge_ref": self.ref_bridge_cmd is not None,
+            "dosbox": self.dosbox_ok,
+            "ipxbox": self.ipxbox is not None,
+        }
+        return tuple(kind for kind in ALL_SERVERS if wanted[kind])
 
     def _launch(self, argv: list[str], env: dict[str, str] | None, tag: str) -> Process:
         server = spawn(
@@ -63,10 +83,11 @@ class Bench:
         self.running.append(server)
         return server
 
-    def start_bridge(self, tag: str, *, segment: bool = False) -> Process:
-        """Start ipxbridge from the ``--bridge-cmd`` template (with ``segment``: also on the
-        native stations' segment, as an ``ethernet`` port)."""
-        argv = shlex.split(self.bridge_cmd.format(port=self.port))
+    def start_bridge(self, tag: str, *, segment: bool = False, ref: bool = False) -> Process:
+        """Start ipxbridge from the ``--bridge-cmd`` template (``ref``: ``--ref-bridge-cmd``;
+        with ``segment``: also on the native stations' segment, as an ``ethernet`` port)."""
+        template = self.ref_bridge_cmd if ref and self.ref_bridge_cmd else self.bridge_cmd
+        argv = shlex.split(template.format(port=self.port))
         if segment:
             if self.segment_if is None:
                 raise BenchError("a mixed-ports run without a segment")
@@ -91,13 +112,24 @@ class Bench:
         env = dict(os.environ, SDL_VIDEODRIVER="dummy", SDL_AUDIODRIVER="dummy", HOME=str(home))
         return self._launch(["dosbox", "-conf", str(conf)], env, tag)
 
-    def stop(self, server: Process) -> float | None:
-        """Terminate a server by pid (kill after a grace period); returns its CPU seconds."""
+    def start_ipxbox(self, tag: str) -> Process:
+        """Start ipxbox (``--ipxbox PATH``) on the bench port, every option at its default."""
+        if self.ipxbox is None:
+            raise BenchError("no --ipxbox binary")
+        return self._launch([self.ipxbox, "--port", str(self.port)], None, tag)
+
+    def stop(self, server: Process) -> tuple[float | None, int | None]:
+        """Terminate a server by pid (kill after a grace period); returns its CPU seconds and
+        resident memory in KiB, read just before."""
         cpu = process_cpu_seconds(server.pid)
+        try:
+            rss: int | None = rss_kib(server.pid)
+        except OSError:
+            rss = None
         server.stop(STOP_TIMEOUT)
         if server in self.running:
             self.running.remove(server)
-        return cpu
+        return cpu, rss
 
     def stop_all(self) -> None:
         """Stop whatever is still running (used from ``finally``)."""
@@ -138,10 +170,12 @@ class Bench:
 
     def run_once(self, kind: str, spec: ClientSpec, tag: str) -> JsonDict:
         """Fresh server, one scenario, server stopped; returns the result with metadata."""
-        if kind == "ipxbridge":
-            server = self.start_bridge(tag, segment=spec.native > 0)
+        if kind in BRIDGES:
+            server = self.start_bridge(tag, segment=spec.native > 0, ref=kind == "ipxbridge_ref")
             if spec.scenario == "bcast":
                 spec = ClientSpec(**{**asdict(spec), "keepalive_wait": KEEPALIVE_WAIT})
+        elif kind == "ipxbox":
+            server = self.start_ipxbox(tag)
         else:
             server = self.start_dosbox(tag)
         try:
@@ -150,8 +184,9 @@ class Bench:
             if "error" in result and exit_code is not None:
                 result["error"] += f" (server exited with {exit_code}: {server.tail()})"
         finally:
-            total_cpu = self.stop(server)
+            total_cpu, rss = self.stop(server)
         result["server_total_cpu_s"] = round(total_cpu, 3) if total_cpu is not None else None
+        result["server_rss_kib"] = rss  # at the end of the run, before it is stopped
         return result
 
 
