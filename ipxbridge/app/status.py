@@ -21,7 +21,7 @@ from ipxbridge.io.segments import EthernetPort
 from ipxbridge.obs.history import ClientBooks, EventLog, Tracked, TrafficHistory
 from ipxbridge.policy.ipx_ports import PortPlan, Skipped
 from ipxbridge.policy.sessions import players_text, stale_after, status_text
-from ipxbridge.policy.switch import IpxSwitch, PortKind, Segment
+from ipxbridge.policy.switch import Client, IpxSwitch, Peer, PortKind, Segment
 
 # Switch and uplink events that end a client, and the word the page shows for each.
 LEAVE_REASONS: Final = {
@@ -126,19 +126,13 @@ class StatusService:
         books: dict[str, tuple[int, int, int, int]] = {}
         if endpoint is not None:
             switch = endpoint.switch
-            for c in switch.clients.values():
+            booked: list[Client | Peer] = [*switch.clients.values(), *switch.peers.values()]
+            for c in booked:
                 books[f"{c.addr[0]}:{c.addr[1]}"] = (
                     c.rx_packets,
                     c.rx_bytes,
                     c.tx_packets,
                     c.tx_bytes,
-                )
-            for p in switch.peers.values():
-                books[f"{p.addr[0]}:{p.addr[1]}"] = (
-                    p.rx_packets,
-                    p.rx_bytes,
-                    p.tx_packets,
-                    p.tx_bytes,
                 )
         return [
             (

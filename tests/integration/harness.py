@@ -262,6 +262,20 @@ BASE_BUDGET_ENV = {
 ANNOUNCE_SOCKET = 0x4546
 
 
+def register_as_ipxwrapper(ns: str, server: tuple[str, int]) -> tuple[socket.socket, bytes]:
+    """A UDP socket in ``ns`` registered as IPXWrapper in DOSBox mode registers: packet type
+    2 (docs/protocols.md 6). Returns the socket (2 s timeout) and the registration reply."""
+    with inside(ns):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("0.0.0.0", 0))
+    sock.settimeout(2.0)
+    registration = bytearray(ipx.build_registration())
+    registration[5] = 2  # IPXWrapper registers with packet type 2
+    sock.sendto(bytes(registration), server)
+    reply, _ = sock.recvfrom(2048)
+    return sock, reply
+
+
 class Client:
     """A synthetic DOSBox-protocol client living in a namespace.
 

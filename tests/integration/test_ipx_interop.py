@@ -41,7 +41,14 @@ import pytest
 from scapy.packet import Raw
 
 from ipxbridge.wire import ipx
-from tests.integration.harness import BridgeProcess, Client, Netns, bridge_get, inside, sh
+from tests.integration.harness import (
+    BridgeProcess,
+    Client,
+    Netns,
+    bridge_get,
+    register_as_ipxwrapper,
+    sh,
+)
 from tests.integration.ipxwrapper_station import IpxWrapperStation
 from tests.integration.test_ipx_ethernet import (
     ScapyIpx,
@@ -68,15 +75,8 @@ class DosboxModeWrapper:
     """IPXWrapper in DOSBox mode (module docstring; docs/protocols.md 6, ``src/router.c``)."""
 
     def __init__(self, ns: str, server: tuple[str, int]) -> None:
-        with inside(ns):
-            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("0.0.0.0", 0))
-        self.sock.settimeout(2.0)
         self.server = server
-        registration = bytearray(ipx.build_registration())
-        registration[5] = 2  # IPXWrapper registers with packet type 2
-        self.sock.sendto(bytes(registration), server)
-        reply, _ = self.sock.recvfrom(2048)
+        self.sock, reply = register_as_ipxwrapper(ns, server)
         fields = HEADER.unpack_from(reply)
         self.net, self.node = fields[4], fields[5]  # its address: the reply's destination
         self.sock.setblocking(False)

@@ -35,6 +35,7 @@ from tests.integration.harness import (
     Netns,
     bridge_get,
     inside,
+    register_as_ipxwrapper,
 )
 
 DISCOVERY = 0xA57F  # DirectPlay's IPX enumeration socket (docs/protocols.md 1.9)
@@ -168,15 +169,8 @@ class IpxWrapperHost:
     """
 
     def __init__(self, ns: str, server: tuple[str, int]) -> None:
-        with inside(ns):
-            self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("0.0.0.0", 0))
-        self.sock.settimeout(2.0)
         self.server = server
-        registration = bytearray(ipx.build_registration())
-        registration[5] = 2  # IPXWrapper registers with type 2 (docs/protocols.md 4, other facts)
-        self.sock.sendto(bytes(registration), server)
-        reply, _ = self.sock.recvfrom(2048)
+        self.sock, reply = register_as_ipxwrapper(ns, server)
         self.node = ipx.parse_header(reply).dst_node
         self.pings_ignored = 0
 
