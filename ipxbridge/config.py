@@ -37,6 +37,9 @@ from ipxbridge.policy.relay import DEFAULT_RELAY_PORTS
 from ipxbridge.wire.ipx import DEFAULT_FILTERED_SOCKETS, IPX_UDP_PORT
 
 DEFAULT_IPX_PORT: Final = IPX_UDP_PORT
+# The server side of the uplink protocol takes its password from here when ipx.uplink_password_file
+# is empty (docs/ipx.md, "ipxbox uplinks").
+UPLINK_PASSWORD_ENV: Final = "IPXBRIDGE_UPLINK_PASSWORD"  # noqa: S105 - a variable name
 
 DEFAULT_CONFIG_YAML: Final = """\
 # ipxbridge configuration. Every key is optional; these are the defaults.

@@ -22,7 +22,7 @@ from typing import Any, Final
 from ipxbridge import __version__
 from ipxbridge.app.unmatched import UnmatchedNames
 from ipxbridge.app.wgpeers import WireGuardPeers
-from ipxbridge.config import Config, parse_host_port, resolve_ipv4
+from ipxbridge.config import UPLINK_PASSWORD_ENV, Config, parse_host_port, resolve_ipv4
 from ipxbridge.errors import StartupError
 from ipxbridge.io.netlink import TopologyWatcher
 from ipxbridge.io.nodekey import load_node_key
@@ -58,7 +58,6 @@ logger = logging.getLogger(__name__)
 
 MIN_KEY_BYTES: Final = 16  # a shorter shared secret is guessable
 # The uplink server's password when ipx.uplink_password_file is not set (3.9).
-UPLINK_PASSWORD_ENV: Final = "IPXBRIDGE_UPLINK_PASSWORD"  # noqa: S105 - a variable name
 
 
 def _read_password(path: str, key: str) -> bytes:

@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,7 +57,13 @@ from ipxbridge.commands.common import (
     port_arg,
 )
 from ipxbridge.commands.common import report as report_errors
-from ipxbridge.config import Config, ConfigError, load_config, parse_host_port
+from ipxbridge.config import (
+    UPLINK_PASSWORD_ENV,
+    Config,
+    ConfigError,
+    load_config,
+    parse_host_port,
+)
 from ipxbridge.policy.ipx_ports import IpxInterface, PortPlan, Skipped, plan_ports
 from ipxbridge.policy.relay import (
     LIMITED_BROADCAST,
@@ -475,8 +482,50 @@ def egress_json(egress: Egress) -> dict[str, Any]:
     }
 
 
+def uplinks_json(config: Config) -> dict[str, Any]:
+    """The ipxbox uplinks the configuration asks for (docs/ipx.md, "ipxbox uplinks")."""
+    ipx = config.ipx
+    if ipx.uplink_password_file:
+        server: str | None = f"password from {ipx.uplink_password_file}"
+    elif os.environ.get(UPLINK_PASSWORD_ENV):
+        server = f"password from ${UPLINK_PASSWORD_ENV}"
+    else:
+        server = None
+    return {
+        "server": None if server is None else {"listen": ipx.listen, "password": server},
+        "clients": [
+            {
+                "server": u.server,
+                "password": f"from {u.password_file}"
+                if u.password_file
+                else f"from ${u.password_env}",
+            }
+            for u in ipx.uplinks
+        ],
+    }
+
+
+def uplink_lines(uplinks: dict[str, Any]) -> list[str]:
+    """The uplinks as ``render_text`` shows them, one line each."""
+    server = uplinks["server"]
+    lines = [
+        f"ipx uplinks, server side: udp {server['listen']}, {server['password']}"
+        if server
+        else "ipx uplinks, server side: off (no ipx.uplink_password_file)"
+    ]
+    lines += [
+        f"ipx uplink -> {c['server']} (client, password {c['password']})"
+        for c in uplinks["clients"]
+    ]
+    return lines
+
+
 def render_json(
-    report: Report, ports: Sequence[int], source: str, ipx_source: str = "not configured"
+    report: Report,
+    ports: Sequence[int],
+    source: str,
+    ipx_source: str = "not configured",
+    uplinks: dict[str, Any] | None = None,
 ) -> str:
     """The ``--json`` document: the plan, the selections, the IPX ports, every interface."""
     primary = next((i.interface.name for i in report.interfaces if i.primary), None)
@@ -516,6 +565,8 @@ def render_json(
         },
         "interfaces": [_interface_json(i, report.rfc1234_port) for i in report.interfaces],
     }
+    if uplinks is not None:
+        doc["uplinks"] = uplinks
     return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -711,8 +762,11 @@ def run(args: argparse.Namespace) -> int:
         rfc1234_port=tunnel_port,
     )
     ports = config.relay.ports
+    uplinks = uplinks_json(config) if config.ipx.listen != "off" else None
     if args.json:
-        sys.stdout.write(render_json(report, ports, source, ipx_source))
+        sys.stdout.write(render_json(report, ports, source, ipx_source, uplinks))
     else:
         sys.stdout.write(render_text(report, ports, source, ipx_source))
+        if uplinks is not None and (uplinks["server"] or uplinks["clients"]):
+            sys.stdout.write("\n".join(uplink_lines(uplinks)) + "\n")
     return EXIT_OK
