@@ -7,19 +7,52 @@ for DirectPlay inspection, counts it, runs reply handling in rewrite mode (where
 path is not used), and reads the rules' counters for metrics.
 
 Ruleset (table ``ip ipxbridge``, replaced atomically with ``nft -f`` on every plan change, so
-a re-created interface gets rules for its new index; deleted on exit):
+a re-created interface gets rules for its new index; deleted on exit). The kernel runs these
+rules on the core that received the packet, which over veth and for a local sender is the
+sender's own: every rule a broadcast walks slows the whole segment's sender. So the layout is
+ordered for the common packet, a well-formed broadcast that is not DirectPlay, from an on-link
+source, and uses verdict maps where a chain of single tests would do the same: it walks 10
+rules with one copy (``COMMON_WALK``; one more per further copy, one more below the
+inspection limit), where the layout before the maps walked 16.
 
-* chain ``fanout`` (prerouting, priority -300 = before conntrack): for each selected ingress
-  interface, broadcasts (``pkttype broadcast``; on a p2p interface, datagrams to the bridge's
-  own tunnel address) to a relay port, TTL > 1, *without* our DSCP mark, jump to ``in_<n>``.
-* chain ``in_<n>``: set the mark, then per copy ``ip daddr set T ... dup to T device E``; at
-  the end the original is restored to 255.255.255.255 and DSCP 0 and continues to local
-  delivery (where the Python side inspects it).
+* chain ``fanout`` (prerouting, priority -300 = before conntrack), in this order:
+
+  1. ``ip dscp <mark> udp dport <ports> drop`` (``marked``): copies carry the DSCP mark, the
+     kernel loops every lan copy back to local input, and another bridge's arrive too; they
+     are never fanned out again. The DSCP test comes first, so every other packet fails this
+     rule on one byte.
+  2. ``meta pkttype broadcast udp dport <ports> iifname vmap { <lan ingress> : goto check_<n> }``.
+  3. ``udp dport <ports> iifname . ip daddr . udp dport vmap { ... : goto check_<n> }``: on a
+     p2p interface, datagrams to the bridge's own tunnel address stand in for broadcasts.
+  4. ``ip frag-off & 0x1fff != 0 goto fragments``: later fragments carry no UDP header; chain
+     ``fragments`` sends unmarked ones of the same ingresses to ``frag_<n>`` (sources, TTL),
+     so a 3000-byte broadcast arrives whole without defragmenting (conntrack) on the way.
+
+* chain ``check_<n>``: the sources (policy/relay.py rules 2 and 4, in its order) are one lookup,
+  ``ip saddr vmap``, in an interval map: the box's own addresses ``goto drop_own``, invalid
+  ones (0/8, loopback, 224/3, every directed broadcast of the plan) ``goto drop_invalid``, and
+  on a lan ingress the rest of its on-link prefixes ``goto form_<n>``; a miss there is
+  ``source_off_link``. (A p2p ingress has no off-link test: a miss goes on in the chain.)
+* chain ``form_<n>``: ``udp sport 0`` (``source_port_zero``); ``ip length . udp length !=
+  @wellformed`` (``udp_malformed``; the lookup comes first in the rule, so a well-formed
+  datagram skips the tests that spare first fragments and jumbos); DirectPlay (``play`` at
+  payload byte 20, ``00 02`` at byte 0) ``return``s to the Python path; ``ip ttl > 1 goto
+  in_<n>``; anything else (TTL <= 1) goes on to the Python path, which counts it.
+* chain ``in_<n>``: per copy ``ip daddr set T ... dup to T device E`` (the first also sets the
+  mark); then ``limit rate over INSPECT_PPS/second drop`` (``uninspected``) and only after it
+  the original's restore to 255.255.255.255 and DSCP 0, so an original the limit drops is not
+  rewritten for nothing; what passes continues to local delivery (the Python side inspects it).
+* chains ``drop_own`` and ``drop_invalid``: one counted drop each, shared by every ingress.
 * Copies carry the DSCP mark, and marked packets are never fanned out again — not by this box
   (the kernel loops broadcast copies back to local input) nor by another ipxbridge on the same
   segments: two bridges on parallel paths produce one copy each and the storm cannot start.
   Relays therefore do not chain through each other on the fast path (use the Python path,
   ``fast_path: off``, for chained sites).
+
+Every drop is a ``counter drop`` rule commented with its reason (``marked``, ``uninspected``,
+``own_packet``, ``source_invalid``, ``source_off_link``, ``source_port_zero``,
+``udp_malformed``), and every copy a ``counter dup`` rule commented ``ingress>egress``:
+``KernelFanout`` reads them by comment, whichever chain holds them.
 
 Lifecycle (docs/reliability.md R18). The table outlives the process: after a SIGKILL or an OOM kill
 the kernel keeps copying with no bridge, and a bridge restarted on the Python path (or with
@@ -76,11 +109,22 @@ class FanoutRule:
 def ruleset(
     egresses: tuple[Egress, ...], ports: tuple[int, ...], mark: int = DSCP_MARK
 ) -> tuple[str, list[FanoutRule]]:
-    """The nft script for a plan, and the copies it makes (pure; unit-tested)."""
-    port_set = "{ " + ", ".join(str(p) for p in sorted(set(ports))) + " }"
-    own = _nft_set(a for e in egresses for a in (e.addresses or (e.address,)))
+    """The nft script for a plan, and the copies it makes (pure; unit-tested).
+
+    The layout (module docstring) is ordered for the common packet: a well-formed broadcast
+    that is not DirectPlay, from an on-link source. It walks ``COMMON_WALK`` rules plus one
+    per further copy; every other outcome costs the common packet nothing but a failed cheap
+    match or a lookup miss.
+    """
+    ordered_ports = sorted(set(ports))
+    dport = (
+        str(ordered_ports[0])
+        if len(ordered_ports) == 1
+        else "{ " + ", ".join(map(str, ordered_ports)) + " }"
+    )
+    own = _addresses(a for e in egresses for a in (e.addresses or (e.address,)))
     # policy/relay.py rule 4: never a sender; plus every directed broadcast of the plan
-    invalid = _nft_set(
+    invalid = _addresses(
         (
             *INVALID_SOURCES,
             *(e.broadcast for e in egresses if e.broadcast),
@@ -100,22 +144,12 @@ def ruleset(
     # every receiver drops it as this box's own stack does.
     longest = min(max((e.mtu for e in egresses), default=0), 9216)
     pairs = ", ".join(f"{n} . {n - 20}" for n in range(28, longest + 1))
-    wellformed = ["  set wellformed {", "    typeof ip length . udp length"]
-    wellformed += [f"    elements = {{ {pairs} }}", "  }"]
-    lines = [
-        f"add table ip {TABLE}",
-        f"delete table ip {TABLE}",
-        f"table ip {TABLE} {{",
-        *(wellformed if pairs else []),
-        "  chain fanout {",
-        "    type filter hook prerouting priority -300; policy accept;",
-        # Marked copies (the kernel loops ours back; other bridges' arrive too) are never
-        # fanned out again and the Python side would only count and drop them: drop them
-        # here, counted, and spare the socket (it doubled the receive work at saturation).
-        f'    udp dport {port_set} ip dscp {mark:#x} counter drop comment "marked"',
-    ]
     chains: list[str] = []
     rules: list[FanoutRule] = []
+    lan: list[str] = []  # vmap elements: ingress name -> its check chain
+    p2p: list[str] = []
+    frag_lan: list[str] = []
+    frag_p2p: list[str] = []
     for n, ing in enumerate(egresses):
         copies: list[tuple[Egress, str]] = []
         for out in egresses:
@@ -125,63 +159,219 @@ def ruleset(
             copies.extend((out, t) for t in targets if t)
         if not copies:
             continue
-        what = "meta pkttype broadcast" if ing.role == "lan" else f"ip daddr {ing.address}"
-        guard = f"ip dscp != {mark:#x} jump check_{n}"
-        lines.append(f'    iifname "{ing.name}" {what} udp dport {port_set} {guard}')
+        if ing.role == "lan":  # broadcasts (``meta pkttype broadcast``)
+            lan.append(f'"{ing.name}" : goto check_{n}')
+            frag_lan.append(f'"{ing.name}" : goto frag_{n}')
+        else:  # the remote side's stand-in for one: datagrams to our tunnel address
+            p2p += [f'"{ing.name}" . {ing.address} . {p} : goto check_{n}' for p in ordered_ports]
+            frag_p2p.append(f'"{ing.name}" . {ing.address} : goto frag_{n}')
+        on_link = ing.networks if ing.role == "lan" else None
+        chains += _check_chains(
+            n, own=own, invalid=invalid, on_link=on_link, longest=longest if pairs else 0
+        )
+        chains += [f"  chain in_{n} {{"]
+        for i, (out, target) in enumerate(copies):
+            rules.append(FanoutRule(ing.name, out.name, target))
+            # The copies carry the mark: set with the first (one rule fewer to walk).
+            mark_it = f"ip dscp set {mark:#x} " if i == 0 else ""
+            chains.append(
+                f"    {mark_it}ip daddr set {target} counter dup to {target} "
+                f'device "{out.name}" comment "{ing.name}>{out.name}"'
+            )
+        # The original continues to local delivery for inspection, at most INSPECT_PPS per
+        # ingress: past that (a flood, or a benchmark) the kernel still copies every packet
+        # but the Python side sees a counted sample, so it never slows the fan-out down. The
+        # limit comes first: an original it drops needs no restoring.
+        chains += [
+            f'    limit rate over {INSPECT_PPS}/second counter drop comment "uninspected"',
+            "    ip dscp set 0 ip daddr set 255.255.255.255",
+            "  }",
+        ]
+    fanout = [
+        # Marked copies (the kernel loops ours back, one per lan copy; other bridges' arrive
+        # too) are never fanned out again and the Python side would only count and drop them:
+        # drop them here, counted, and spare the socket (it doubled the receive work at
+        # saturation). The DSCP test first: every other packet fails it at once.
+        f'    ip dscp {mark:#x} udp dport {dport} counter drop comment "marked"',
+    ]
+    if lan:
+        fanout.append(f"    meta pkttype broadcast udp dport {dport} iifname vmap {_vmap(lan)}")
+    if p2p:
+        fanout.append(f"    udp dport {dport} iifname . ip daddr . udp dport vmap {_vmap(p2p)}")
+    if frag_lan or frag_p2p:
         # Later fragments of a big broadcast carry no UDP header to match on; copy them too
         # (the first fragment matched above), so a 3000-byte datagram arrives whole. This
         # avoids defragmenting (conntrack) on the fast path, whose cost lands on the CPU that
         # receives the original.
-        lines.append(f'    iifname "{ing.name}" {what} ip frag-off & 0x1fff != 0 {guard}')
-        # Sources and form (policy/relay.py rules 4 and 5, in its order); each drop counted
-        # under the reason the Python path gives.
+        fanout.append("    ip frag-off & 0x1fff != 0 goto fragments")
+        frag = ["  chain fragments {"]
+        if frag_lan:
+            frag.append(
+                f"    ip dscp != {mark:#x} meta pkttype broadcast iifname vmap {_vmap(frag_lan)}"
+            )
+        if frag_p2p:
+            frag.append(f"    ip dscp != {mark:#x} iifname . ip daddr vmap {_vmap(frag_p2p)}")
+        chains = [*frag, "  }", *chains]
+    drops = [
+        f'  chain drop_{name} {{\n    counter drop comment "{reason}"\n  }}'
+        for name, reason in (("own", "own_packet"), ("invalid", "source_invalid"))
+    ]
+    lines = [
+        f"add table ip {TABLE}",
+        f"delete table ip {TABLE}",
+        f"table ip {TABLE} {{",
+        *(
+            [
+                "  set wellformed {",
+                "    typeof ip length . udp length",
+                f"    elements = {{ {pairs} }}",
+                "  }",
+            ]
+            if pairs
+            else []
+        ),
+        "  chain fanout {",
+        "    type filter hook prerouting priority -300; policy accept;",
+        *fanout,
+        "  }",
+        *chains,
+        *(drops if rules else []),
+        "}",
+    ]
+    return "\n".join(lines) + "\n", rules
+
+
+# Rules the common packet walks (a well-formed, non-DirectPlay broadcast from an on-link
+# source, one copy, past the inspection limit): fanout 2 (the marked test fails, the ingress
+# vmap), check 1 (the source vmap), form 5 (port 0, lengths, DP4, DP8, TTL), in 2 (the copy,
+# the limit). Before the vmaps: 16.
+COMMON_WALK: Final = 10
+
+
+def _check_chains(
+    n: int,
+    *,
+    own: list[tuple[int, int]],
+    invalid: list[tuple[int, int]],
+    on_link: tuple[str, ...] | None,
+    longest: int,
+) -> list[str]:
+    """Chains ``check_<n>`` (sources), ``form_<n>`` (the datagram) and ``frag_<n>``.
+
+    Sources (policy/relay.py rules 2 and 4, in its order: own, invalid, off-link) are one
+    lookup of ``ip saddr`` in an interval verdict map: own addresses go to ``drop_own``,
+    invalid ones to ``drop_invalid`` and, on a lan ingress, the rest of its on-link prefixes
+    on to ``form_<n>``; a miss there is off-link. Each drop counted under the reason the
+    Python path gives.
+    """
+    classes: list[tuple[str, list[tuple[int, int]]]] = [
+        ("goto drop_own", own),
+        ("goto drop_invalid", invalid),
+    ]
+    if on_link is not None:
+        classes.append((f"goto form_{n}", _addresses(on_link)))
+    sources = f"ip saddr vmap {_vmap(_partition(classes))}"
+    form = [
+        '    udp sport 0 counter drop comment "source_port_zero"',
+    ]
+    if longest:
+        # The lookup first: the common datagram is in the set and skips the rest of the
+        # rule. A first fragment (MF set) and a datagram past the set's lengths go on.
+        form.append(
+            "    ip length . udp length != @wellformed ip frag-off & 0x2000 == 0"
+            f' ip length <= {longest} counter drop comment "udp_malformed"'
+        )
+    form += [
+        # DirectPlay is judged and copied in Python (rule 5: kernel_hands_over): 'play'
+        # at payload byte 20 (a DP4 SP header), 00 02 at byte 0 (a DP8 EnumQuery).
+        f"    @th,{(UDP_HEADER + SIGNATURE_OFFSET) * 8},32"
+        f" {int.from_bytes(SIGNATURE, 'big'):#x} return",
+        f"    @th,{UDP_HEADER * 8},16 {int.from_bytes(DP8_QUERY_LEAD, 'big'):#x} return",
+        f"    ip ttl > 1 goto in_{n}",
+    ]
+    if on_link is not None:
         check = [
             f"  chain check_{n} {{",
-            f'    ip saddr {own} counter drop comment "own_packet"',
-            f'    ip saddr {invalid} counter drop comment "source_invalid"',
-        ]
-        if ing.role == "lan":
-            on_link = f"ip saddr != {_nft_set(ing.networks)} " if ing.networks else ""
-            check.append(f'    {on_link}counter drop comment "source_off_link"')
-        check += [
-            f"    ip frag-off & 0x1fff != 0 ip ttl > 1 counter goto in_{n}",
-            "    ip frag-off & 0x1fff != 0 return",
-            '    udp sport 0 counter drop comment "source_port_zero"',
-        ]
-        if pairs:
-            check.append(
-                f"    ip frag-off & 0x2000 == 0 ip length <= {longest} ip length . udp length"
-                ' != @wellformed counter drop comment "udp_malformed"'
-            )
-        check += [
-            # DirectPlay is judged and copied in Python (rule 5: kernel_hands_over): 'play'
-            # at payload byte 20 (a DP4 SP header), 00 02 at byte 0 (a DP8 EnumQuery).
-            f"    @th,{(UDP_HEADER + SIGNATURE_OFFSET) * 8},32"
-            f" {int.from_bytes(SIGNATURE, 'big'):#x} return",
-            f"    @th,{UDP_HEADER * 8},16 {int.from_bytes(DP8_QUERY_LEAD, 'big'):#x} return",
-            f"    ip ttl > 1 counter goto in_{n}",
+            f"    {sources}",
+            '    counter drop comment "source_off_link"',
+            "  }",
+            f"  chain form_{n} {{",
+            *form,
             "  }",
         ]
-        body = [*check, f"  chain in_{n} {{", f"    ip dscp set {mark:#x}"]
-        for out, target in copies:
-            rules.append(FanoutRule(ing.name, out.name, target))
-            body.append(
-                f'    ip daddr set {target} counter dup to {target} device "{out.name}" '
-                f'comment "{ing.name}>{out.name}"'
-            )
-        # The original continues to local delivery for inspection, at most INSPECT_PPS per
-        # ingress: past that (a flood, or a benchmark) the kernel still copies every packet
-        # but the Python side sees a counted sample, so it never slows the fan-out down.
-        body += [
-            "    ip dscp set 0 ip daddr set 255.255.255.255",
-            f'    limit rate over {INSPECT_PPS}/second counter drop comment "uninspected"',
-            "  }",
-        ]
-        chains += body
-    lines.append("  }")
-    lines += chains
-    lines.append("}")
-    return "\n".join(lines) + "\n", rules
+    else:  # p2p: no off-link test; a lookup miss goes on to the datagram's form
+        check = [f"  chain check_{n} {{", f"    {sources}", *form, "  }"]
+    # A later fragment (rare): own and invalid sources by a map, off-link by a test, then
+    # TTL > 1 to the copies; no UDP header to check.
+    frag_sources = [f"    ip saddr vmap {_vmap(_partition(classes[:2]))}"]
+    if on_link is not None:
+        nets = f"ip saddr != {_nft_set(on_link)} " if on_link else ""
+        frag_sources.append(f'    {nets}counter drop comment "source_off_link"')
+    frag = [f"  chain frag_{n} {{", *frag_sources, f"    ip ttl > 1 goto in_{n}", "  }"]
+    return check + frag
+
+
+def _addresses(items: Iterable[str]) -> list[tuple[int, int]]:
+    """Addresses and prefixes as merged, ordered ranges of integers (first, last)."""
+    return _merge(
+        (int(net.network_address), int(net.broadcast_address))
+        for net in (ipaddress.IPv4Network(a, strict=False) for a in items)
+    )
+
+
+def _merge(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Ranges (first, last) ordered, with overlapping and adjacent ones joined."""
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
+
+
+def _partition(classes: list[tuple[str, list[tuple[int, int]]]]) -> list[str]:
+    """Interval map elements ``range : verdict``, in address order.
+
+    A range that falls in several classes goes to the first: the maps cannot hold
+    overlapping intervals.
+    """
+    taken: list[tuple[int, int]] = []
+    out: list[tuple[int, int, str]] = []
+    for verdict, ranges in classes:
+        for lo, hi in ranges:
+            for part in _subtract((lo, hi), taken):
+                out.append((*part, verdict))
+        taken = _merge((lo, hi) for lo, hi, _ in out)
+    return [f"{_span(lo, hi)} : {verdict}" for lo, hi, verdict in sorted(out)]
+
+
+def _subtract(span: tuple[int, int], taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of ``span`` outside the ordered, disjoint ranges ``taken``."""
+    lo, hi = span
+    parts: list[tuple[int, int]] = []
+    for t_lo, t_hi in taken:
+        if t_hi < lo or t_lo > hi:
+            continue
+        if t_lo > lo:
+            parts.append((lo, t_lo - 1))
+        lo = t_hi + 1
+        if lo > hi:
+            return parts
+    return [*parts, (lo, hi)]
+
+
+def _span(lo: int, hi: int) -> str:
+    """One range in nft syntax: an address, a prefix when it is one, else ``first-last``."""
+    first, last = ipaddress.IPv4Address(lo), ipaddress.IPv4Address(hi)
+    if lo == hi:
+        return str(first)
+    nets = list(ipaddress.summarize_address_range(first, last))
+    return str(nets[0]) if len(nets) == 1 else f"{first}-{last}"
+
+
+def _vmap(elements: list[str]) -> str:
+    return "{ " + ", ".join(elements) + " }"
 
 
 def _nft_set(items: Iterable[str]) -> str:

@@ -307,10 +307,11 @@ def test_nft_ruleset_copies_and_loop_guard() -> None:
         ("wg0", "lanA", "10.0.1.255"),
         ("wg0", "lanB", "10.0.2.255"),
     ]
-    assert (
-        'iifname "lanA" meta pkttype broadcast udp dport { 6073, 47624 } ip dscp != 0x2e' in script
-    )
-    assert 'iifname "wg0" ip daddr 10.98.0.1 udp dport' in script
+    # marked copies dropped first; lan broadcasts and p2p datagrams to our tunnel address
+    # each reach their ingress's checks through one verdict map (tests/unit/test_nft_ruleset.py)
+    assert 'ip dscp 0x2e udp dport { 6073, 47624 } counter drop comment "marked"' in script
+    assert 'meta pkttype broadcast udp dport { 6073, 47624 } iifname vmap { "lanA" : goto' in script
+    assert '"wg0" . 10.98.0.1 . 47624 : goto check_2' in script
     assert 'dup to 10.98.0.3 device "wg0"' in script
     assert script.count("ip dscp set 0 ip daddr set 255.255.255.255") == 3
 
@@ -419,11 +420,19 @@ def test_a_marked_copy_counts_one_hop_lower() -> None:
 
 def test_nft_ruleset_validates_sources_and_form_like_the_policy() -> None:
     script, _ = ruleset((LAN_A, LAN_B, WG), (47624, 6073))
-    assert 'ip saddr { 10.0.1.1, 10.0.2.1, 10.98.0.1 } counter drop comment "own_packet"' in script
-    assert "{ 0.0.0.0/8, 10.0.1.255, 10.0.2.255, 10.98.0.255, 127.0.0.0/8, 224.0.0.0/3 }" in script
-    assert 'ip saddr != { 10.0.1.0/24 } counter drop comment "source_off_link"' in script
+    # one verdict map per ingress: own, invalid, then (lan) on-link on to the datagram's form
+    for own in ("10.0.1.1", "10.0.2.1", "10.98.0.1"):
+        assert f"{own} : goto drop_own" in script
+    for bad in ("0.0.0.0/8", "10.0.1.255", "10.0.2.255", "10.98.0.255", "127.0.0.0/8"):
+        assert f"{bad} : goto drop_invalid" in script
+    assert "224.0.0.0/3 : goto drop_invalid" in script
+    assert "10.0.1.2-10.0.1.254 : goto form_0" in script
+    assert 'counter drop comment "own_packet"' in script
+    assert 'counter drop comment "source_invalid"' in script
+    assert '    counter drop comment "source_off_link"' in script  # a miss in the lan map
     assert 'udp sport 0 counter drop comment "source_port_zero"' in script
-    assert "!= @wellformed counter drop" in script
+    assert "ip length . udp length != @wellformed ip frag-off" in script
+    assert 'counter drop comment "udp_malformed"' in script
     assert "1500 . 1480" in script
 
 
