@@ -28,7 +28,10 @@ the table full. The price is about 0.07 µs more per packet on the common path.
 """
 
 from collections import OrderedDict
+from operator import itemgetter
 from typing import Generic, TypeVar
+
+from ipxbridge.policy.tables import purge_front
 
 PortT = TypeVar("PortT")
 
@@ -70,15 +73,7 @@ class DuplicateFilter(Generic[PortT]):
 
         From the front only, so a purge costs what it removes, not the table's size.
         """
-        entries = self._entries
-        removed = 0
-        while entries:
-            _, (_, seen, _) = next(iter(entries.items()))
-            if now - seen < self.window:
-                break
-            entries.popitem(last=False)
-            removed += 1
-        return removed
+        return purge_front(self._entries, itemgetter(1), now - self.window)
 
 
 class LoopFilter:
@@ -134,12 +129,4 @@ class LoopFilter:
 
     def purge(self, now: float) -> int:
         """Forget records older than the window (from the front); returns how many."""
-        entries = self._entries
-        removed = 0
-        while entries:
-            _, (_, seen) = next(iter(entries.items()))
-            if now - seen < self.window:
-                break
-            entries.popitem(last=False)
-            removed += 1
-        return removed
+        return purge_front(self._entries, itemgetter(1), now - self.window)

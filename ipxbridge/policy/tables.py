@@ -25,6 +25,7 @@ once per window, whatever way it came in and whatever the other rules concluded.
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Final, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -39,6 +40,22 @@ class _Entry(Generic[V]):
     value: V
     first: float
     last: float
+
+
+def purge_front(entries: "OrderedDict[K, V]", stamp: Callable[[V], float], older: float) -> int:
+    """Pop the records at the front (oldest first) whose ``stamp`` is at or before ``older``.
+
+    Time-ordered tables only: the first fresh record ends the walk, so a purge costs what it
+    removes, not the table's size. Returns how many went.
+    """
+    removed = 0
+    while entries:
+        _, value = next(iter(entries.items()))
+        if stamp(value) > older:
+            break
+        entries.popitem(last=False)
+        removed += 1
+    return removed
 
 
 class ProvenTable(Generic[K, V]):
@@ -198,12 +215,4 @@ class EgressGuard(Generic[P]):
 
     def purge(self, now: float) -> int:
         """Forget records older than the window; returns how many were removed."""
-        entries = self._entries
-        removed = 0
-        while entries:
-            _, (first, _) = next(iter(entries.items()))
-            if now - first < self.window:
-                break
-            entries.popitem(last=False)
-            removed += 1
-        return removed
+        return purge_front(self._entries, itemgetter(0), now - self.window)
