@@ -537,6 +537,9 @@ class IpxSwitch:
         self._ports: tuple[Port, ...] = ()
         # Keyed by the ingress, and by the bridge whose copy it was when one put it there
         self._flood_targets: dict[object, tuple[Port, ...]] = {}
+        # segment -> link-layer source -> the trusted bridge whose port it is (rule 8), built
+        # when first asked: a segment packet asks once, not once per bridge heard
+        self._senders: dict[Segment, dict[object, bytes]] = {}
         self._peer_targets: dict[object, tuple[Port, ...]] = {}
         # Registered, not yet proven (rule 2); insertion order = age, for eviction.
         self._unverified: dict[Address, None] = {}
@@ -673,6 +676,7 @@ class IpxSwitch:
         self._ports = (*self.clients, *self.peers, *self.uplinks, *self.segments)
         self._flood_targets.clear()
         self._peer_targets.clear()
+        self._senders.clear()
 
     def _peer_identity(self, addr: Address) -> bytes:
         """How bridges name a peer in beacons: its bridge id, else ``00 00`` + IPv4."""
@@ -757,6 +761,7 @@ class IpxSwitch:
         """Rule 8's view changed: the cached target lists are stale."""
         self._flood_targets.clear()
         self._peer_targets.clear()
+        self._senders.clear()
 
     def _served_by(self, bridge: bytes) -> frozenset[Port]:
         """The ports where ``bridge`` puts a packet itself (rule 8).
@@ -802,10 +807,12 @@ class IpxSwitch:
         """
         if sender is None:
             return None
-        for bridge, heard in self.trusted_bridges(segment).items():
-            if heard.sender == sender:
-                return bridge
-        return None
+        senders = self._senders.get(segment)
+        if senders is None:
+            trusted = self.trusted_bridges(segment).items()
+            senders = {h.sender: b for b, h in trusted if h.sender is not None}
+            self._senders[segment] = senders
+        return senders.get(sender)
 
     def _register(self, addr: Address, size: int, now: float) -> Decision:
         client = self.clients.get(addr)
@@ -1188,6 +1195,7 @@ class IpxSwitch:
         reason = "unproven"
         if victim is None:
             victim, reason = next(iter(seen)), "proven"
+            self._topology_changed()  # a trusted bridge goes: the cached targets with it
         del seen[victim]
         self.evictions[("bridges", reason)] += 1
 
