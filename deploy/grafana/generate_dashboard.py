@@ -308,7 +308,7 @@ TRAFFIC_ROWS: Final = (
                 "UDP payload bytes per second by path; rx above the axis, tx drawn below it."
             ),
             unit="Bps",
-            width=12,
+            width=8,
             overrides=(TX_BELOW_AXIS,),
             queries=(
                 Query(
@@ -322,14 +322,34 @@ TRAFFIC_ROWS: Final = (
             description=(
                 "p50 and p99 of the time from receiving a datagram to the last sendto() of its"
                 " copies (sampled ipxbridge_forward_duration_seconds). The red line is the 5 ms"
-                " threshold of the IpxbridgeSlowForwarding alert."
+                " threshold of the IpxbridgeSlowForwarding alert. Under heavy load a packet"
+                " first waits up to ipx.coalesce_ms for a timed drain, which is not in this"
+                " figure (see Tunnel socket reads)."
             ),
             unit="s",
-            width=12,
+            width=8,
             threshold=0.005,
             queries=(
                 Query(quantile(0.5), "{{instance}} p50"),
                 Query(quantile(0.99), "{{instance}} p99"),
+            ),
+        ),
+        Panel(
+            title="Tunnel socket reads",
+            description=(
+                "Datagrams per read of the tunnel socket, by mode: wakeup (the socket woke the"
+                " bridge) or timed (drains every ipx.coalesce_ms under heavy load; each packet"
+                " then waits up to that long). Timed drains with large batches: the load that"
+                " coalescing is for."
+            ),
+            unit="short",
+            width=8,
+            queries=(
+                Query(
+                    f"{sum_rate('instance, mode', 'ipxbridge_ipx_read_datagrams_total')}"
+                    f" / {sum_rate('instance, mode', 'ipxbridge_ipx_reads_total')}",
+                    "{{instance}} {{mode}}",
+                ),
             ),
         ),
     ),

@@ -267,7 +267,13 @@ class IpxService:
                 server_password, os.urandom, evictions=self.counters.table_evictions
             )
         self.endpoint = IpxEndpoint(
-            self._loop, sock, switch, self.counters, self.inspector, latency=self.latency
+            self._loop,
+            sock,
+            switch,
+            self.counters,
+            self.inspector,
+            latency=self.latency,
+            coalesce=ipx.coalesce_ms / 1000,
         )
         self.endpoint.start()
         try:
@@ -344,6 +350,7 @@ class IpxService:
             except ValueError as exc:
                 logger.warning("reload: peer %s: %s (left out)", text, exc)
         self.endpoint.switch.reconfigure(switch_settings(config), tuple(peers))
+        self.endpoint.pacer.retune(config.ipx.coalesce_ms / 1000)
         try:
             self.endpoint.switch.set_beacon_key(read_bridge_key(config.ipx.bridge_key_file))
         except StartupError as exc:

@@ -5,6 +5,8 @@ Only bytes and timers move here (aioquic ``asyncio/protocol.py`` style):
 * ``add_reader`` plus a drain loop: each wake-up reads datagrams until the socket is empty
   (bounded per wake-up so timers still run). CPython's ``DatagramProtocol`` reads one datagram
   per wake-up, about half the throughput (docs/architecture.md B5).
+* Under heavy load the reader is set aside and the socket drained on a 1 ms timer instead
+  (``policy/pacing.py``): a wake-up per packet costs a third of the Python time per packet.
 * Sends are non-blocking: all copies of a packet in one ``sendmmsg`` (``io/mmsg.py``; one
   ``sendto`` per copy where the probe finds no ``sendmmsg``). ``EAGAIN`` and every other errno
   are counted per copy by errno name and the copy is dropped: there is no send queue to grow
@@ -30,6 +32,7 @@ from ipxbridge.io.sockstats import socket_drops
 from ipxbridge.obs.counters import TUNNEL, IpxCounters, LatencyHistogram
 from ipxbridge.obs.logging import RateLimiter
 from ipxbridge.policy.dplay_inspect import Inspector
+from ipxbridge.policy.pacing import TIMED, WAKEUP, ReadPacer
 from ipxbridge.policy.switch import Address, Decision, IpxSwitch, Outcome, Port, Segment
 from ipxbridge.wire.directplay import DPlayKind, classify
 from ipxbridge.wire.ipx import HEADER_LEN, SOCKET_DPLAY_DISCOVERY, IpxHeader, dosbox_node
@@ -120,7 +123,9 @@ class IpxEndpoint:
         inspector: Inspector | None = None,
         *,
         latency: LatencyHistogram | None = None,
+        coalesce: float = 0.0,
     ) -> None:
+        """``coalesce``: the interval of timed drains under load in seconds; 0: never."""
         self._loop = loop
         self._sock = sock
         self.switch = switch
@@ -142,6 +147,10 @@ class IpxEndpoint:
         # sendmmsg and recvmmsg when the probe found them, else sendto/recvfrom (io/mmsg.py)
         self._sender = sender_for(sock)
         self._receiver = receiver_for(sock)
+        # Wake-up per datagram, or timed drains under load (policy/pacing.py)
+        self.pacer = ReadPacer(coalesce)
+        self._drain_timer: asyncio.TimerHandle | None = None
+        self._closed = False
 
     @property
     def address(self) -> Address:
@@ -159,6 +168,10 @@ class IpxEndpoint:
 
     def close(self) -> None:
         """Stop reading and close the socket."""
+        self._closed = True
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
         self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
 
@@ -277,6 +290,35 @@ class IpxEndpoint:
             left -= len(batch)
 
     def _on_readable(self) -> None:
+        """The socket woke the loop: read it dry, then ask whether to wait on it again."""
+        count = self._drain()
+        counters = self.counters
+        counters.reads[WAKEUP] += 1
+        counters.read_datagrams[WAKEUP] += count
+        if self.pacer.woken(count, self._loop.time()):
+            # Heavy load: stop waiting on the socket, drain it on a timer (policy/pacing.py).
+            self._loop.remove_reader(self._sock.fileno())
+            self._drain_timer = self._loop.call_later(self.pacer.interval, self._on_timer)
+
+    def _on_timer(self) -> None:
+        """A timed drain: read what arrived since the last one, then carry on or wait."""
+        self._drain_timer = None
+        if self._closed:
+            return
+        count = self._drain()
+        counters = self.counters
+        counters.reads[TIMED] += 1
+        counters.read_datagrams[TIMED] += count
+        if self.pacer.drained(count, self._loop.time()):
+            # A drain that hit the cap left datagrams behind: the next one at once.
+            delay = 0.0 if count >= MAX_PER_WAKEUP else self.pacer.interval
+            self._drain_timer = self._loop.call_later(delay, self._on_timer)
+        else:
+            self._loop.add_reader(self._sock.fileno(), self._on_readable)
+
+    def _drain(self) -> int:
+        """Switch every datagram waiting (up to ``MAX_PER_WAKEUP``); returns how many."""
+        count = 0
         switch = self.switch
         counters = self.counters
         apply = self._apply
@@ -285,6 +327,7 @@ class IpxEndpoint:
         udp_segments = bool(switch.segments)
         now = self._loop.time()
         for data, addr in self._read_batches():
+            count += 1
             label = _DOSBOX
             booked = False
             try:
@@ -311,6 +354,7 @@ class IpxEndpoint:
             except Exception as exc:  # noqa: BLE001 - a bug must cost one datagram, not the reader
                 self.fault(label, len(data), exc, booked=booked)
         self._log_events()
+        return count
 
     def ingest(
         self,

@@ -39,6 +39,8 @@ class IpxCounters:
         "port_copies",
         "port_outcomes",
         "port_received",
+        "read_datagrams",
+        "reads",
         "received",
         "received_bytes",
         "recv_errors",
@@ -74,6 +76,10 @@ class IpxCounters:
         # Entries pushed out of a bounded table, by (table, reason): learned nodes, framings,
         # bridges heard on a segment, port links (policy/tables.py).
         self.table_evictions: Counter[tuple[str, str]] = Counter()
+        # Reads of the tunnel socket and the datagrams they found, by mode: "wakeup" (the
+        # socket woke the loop) or "timed" (a drain under load, policy/pacing.py).
+        self.reads: Counter[str] = Counter()
+        self.read_datagrams: Counter[str] = Counter()
         # Packets taken that the strict spec refuses, by (kind, interface, reason): ipxbox's
         # checksum 0x0000 and transport-control mark 127 (wire/ipx.forgiven).
         self.forgiven: Counter[tuple[str, str, str]] = Counter()

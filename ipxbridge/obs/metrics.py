@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from ipxbridge import __version__
 from ipxbridge.obs.counters import BUCKETS, TUNNEL, IpxCounters, LatencyHistogram
 from ipxbridge.policy.flows import FLOW_EVICTION_REASONS, FLOW_REFUSAL_REASONS
+from ipxbridge.policy.pacing import READ_MODES
 from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
 from ipxbridge.policy.relay import RELAY_IO_DROP_REASONS, Egress
 from ipxbridge.policy.switch import POLICY_DROP_REASONS
@@ -485,6 +486,22 @@ def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
     for (kind, iface, reason), n in sorted(counters.forgiven.items()):
         forgiven.add_metric([kind, iface, reason], n)
     yield forgiven
+    reads = CounterMetricFamily(
+        "ipxbridge_ipx_reads",
+        "Reads of the tunnel socket, by mode: wakeup (the socket woke the bridge) or timed (a"
+        " drain every ipx.coalesce_ms under heavy load, which delays each packet up to that).",
+        labels=["mode"],
+    )
+    read_datagrams = CounterMetricFamily(
+        "ipxbridge_ipx_read_datagrams",
+        "Datagrams those reads found, by mode; over ipxbridge_ipx_reads_total: the batch size.",
+        labels=["mode"],
+    )
+    for mode in READ_MODES:
+        reads.add_metric([mode], counters.reads.get(mode, 0))
+        read_datagrams.add_metric([mode], counters.read_datagrams.get(mode, 0))
+    yield reads
+    yield read_datagrams
     up = GaugeMetricFamily(
         "ipxbridge_ipx_port_up",
         "1 for an open port (the tunnel's two while the IPX path runs), 0 for an interface"
