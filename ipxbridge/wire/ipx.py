@@ -23,7 +23,7 @@ import hmac
 import ipaddress
 import struct
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from ipxbridge.wire.errors import WireError
 
@@ -70,9 +70,13 @@ DEFAULT_FILTERED_SOCKETS: Final[frozenset[int]] = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class IpxHeader:
-    """The 30-byte IPX header (docs/protocols.md 3.1). Networks are 4 raw bytes, nodes 6."""
+class IpxHeader(NamedTuple):
+    """The 30-byte IPX header (docs/protocols.md 3.1). Networks are 4 raw bytes, nodes 6.
+
+    A named tuple, not a frozen dataclass: one is built for every packet switched, and a
+    frozen dataclass's ``__init__`` (an ``object.__setattr__`` per field) costs 1.3 µs more
+    than ``_make`` on the unpacked fields (``docs/benchmarks.md``, "Read coalescing").
+    """
 
     checksum: int
     length: int
@@ -143,7 +147,7 @@ def parse_header(data: bytes | memoryview) -> IpxHeader:
     size = len(data)
     if size < HEADER_LEN:
         raise WireError("truncated", f"{size} bytes, an IPX header needs {HEADER_LEN}")
-    header = IpxHeader(*_HEADER.unpack_from(data))
+    header = IpxHeader._make(_HEADER.unpack_from(data))
     if header.checksum != CHECKSUM_NONE:
         raise WireError("bad_checksum", f"checksum 0x{header.checksum:04x}, expected 0xffff")
     if header.length != size:
