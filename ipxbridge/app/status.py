@@ -125,6 +125,7 @@ class StatusService:
         endpoint = self.ipx.endpoint
         books: dict[str, tuple[int, int, int, int]] = {}
         if endpoint is not None:
+            endpoint.settle_books()  # copies owed to the clients' books (io/udp.py)
             switch = endpoint.switch
             booked: list[Client | Peer] = [*switch.clients.values(), *switch.peers.values()]
             for c in booked:

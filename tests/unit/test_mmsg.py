@@ -242,11 +242,20 @@ def endpoint_books(*, batched: bool, with_peer: bool) -> tuple[IpxCounters, list
                 s.sendto(raw(sw.clients[s.getsockname()].nonce, nodes[s], sock=2), server)
             await asyncio.sleep(0.05)  # the answers to the probes are read
             counters.__init__()  # type: ignore[misc]  # count from here: the game
+            endpoint.settle_books()
+            books = {s: sw.clients[s.getsockname()] for s in clients}
+            base = {s: (c.tx_packets, c.tx_bytes) for s, c in books.items()}
             a = clients[0]
             for n in range(20):
                 a.sendto(raw(BROADCAST, nodes[a], b"game %d" % n), server)
             others = (*clients[1:], *((peer,) * with_peer))
             got = [await receive(s) for s in others for _ in range(20)]
+            # Each client's books (status page): owed per target list, settled when read.
+            endpoint.settle_books()
+            tx = [books[s].tx_packets - base[s][0] for s in clients]
+            size = len(raw(BROADCAST, nodes[a], b"game 10"))
+            assert tx == [0, 20, 20]
+            assert books[clients[2]].tx_bytes - base[clients[2]][1] == 10 * (size - 1) + 10 * size
             refused = (BAD, clients[1].getsockname(), BAD, *((peer.getsockname(),) * with_peer))
             endpoint._send_many(raw(BROADCAST, SERVER_NODE, b"odd"), refused)
             got += [await receive(clients[1])]
