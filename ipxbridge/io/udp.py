@@ -5,7 +5,7 @@ Only bytes and timers move here (aioquic ``asyncio/protocol.py`` style):
 * ``add_reader`` plus a drain loop: each wake-up reads datagrams until the socket is empty
   (bounded per wake-up so timers still run). CPython's ``DatagramProtocol`` reads one datagram
   per wake-up, about half the throughput (docs/architecture.md B5).
-* Under heavy load the reader is set aside and the socket drained on a 1 ms timer instead
+* Under heavy load the reader is set aside and the socket drained on a 2 ms timer instead
   (``policy/pacing.py``): a wake-up per packet costs a third of the Python time per packet.
 * Sends are non-blocking: all copies of a packet in one ``sendmmsg`` (``io/mmsg.py``; one
   ``sendto`` per copy where the probe finds no ``sendmmsg``). ``EAGAIN`` and every other errno

@@ -8,19 +8,23 @@ receiver besides. Under heavy load the bridge instead stops waiting on the socke
 it every ``interval`` seconds: each drain reads a batch with one ``recvmmsg``, and the
 copies leave in bursts (``docs/benchmarks.md``, "Read coalescing").
 
-What it costs: a packet waits up to ``interval`` (1 ms by default) before it is switched,
-and only while the load lasts. That is the order of delay DOSBox adds itself: it reads its
-IPX socket once per 1 ms timer tick (``docs/protocols.md`` 4.7, "Throughput"). A game that
-needs the lowest latency under load turns it off (``ipx.coalesce_ms: 0``).
+What it costs: a packet waits up to ``interval`` (2 ms by default) before it is switched,
+and only while the load lasts; below 2,000 datagrams a second nothing changes. That is two
+ticks of DOSBox's own delay: it reads its IPX socket once per 1 ms timer tick
+(``docs/protocols.md`` 4.7, "Throughput"), and a DOS game's frame is 14-70 ms. A bridge that
+needs the lowest latency under load turns it off (``ipx.coalesce_ms: 0``). Each timed drain
+costs about 60 µs on the bench machine (the loop's timer round and the process's sleep and
+wake-up), so the interval sets the batch: 1 ms gave 5 datagrams a drain at 4,000 a second,
+2 ms gave 10 and 9 % less CPU (``docs/benchmarks.md``, "Read coalescing").
 
 The rules (the clock is passed in, docs/architecture.md rule 2):
 
 1. Entering. The datagrams read are counted over windows of ``WINDOW`` seconds. When a
    window's rate would fill a drain with ``ENTER_BATCH`` datagrams, timed drains begin.
-2. Staying. A drain that finds ``ENTER_BATCH`` or more keeps them going.
+2. Staying. A drain that finds ``STAY_BATCH`` or more keeps them going.
 3. Leaving. A drain that finds nothing ends them at once: the load has stopped, and the next
    packet is read the moment it arrives. ``SMALL_DRAINS`` drains in a row that find fewer
-   than ``ENTER_BATCH`` end them too, and timed drains are then not tried again for a
+   than ``STAY_BATCH`` end them too, and timed drains are then not tried again for a
    back-off time that doubles up to ``MAX_BACKOFF``. That is a ping-pong exchange: each
    packet waits for the bridge to forward the one before, so a drain never finds more than
    one, and waiting only adds latency. It pays ``SMALL_DRAINS`` intervals once per
@@ -31,8 +35,9 @@ from dataclasses import dataclass
 from typing import Final
 
 WINDOW: Final = 0.05  # seconds over which the rate is measured
-ENTER_BATCH: Final = 2  # datagrams a drain must expect (to enter) and find (to stay)
-SMALL_DRAINS: Final = 2  # drains in a row under ENTER_BATCH that end the timed drains
+ENTER_BATCH: Final = 4  # datagrams a drain must be expected to find, to begin
+STAY_BATCH: Final = 2  # datagrams a drain must find to keep them going
+SMALL_DRAINS: Final = 2  # drains in a row under STAY_BATCH that end the timed drains
 FIRST_BACKOFF: Final = 0.1  # seconds without timed drains after the first such ending
 MAX_BACKOFF: Final = 5.0
 # How a read came about, as the books and /metrics label it.
@@ -76,7 +81,7 @@ class ReadPacer:
         """A timed drain read ``count`` datagrams; True: drain again after ``interval``."""
         if self.interval <= 0:  # turned off by a reload
             return self._leave(now, backoff=False)
-        if count >= ENTER_BATCH:  # rule 2
+        if count >= STAY_BATCH:  # rule 2
             self._small = 0
             self._backoff = FIRST_BACKOFF
             return True

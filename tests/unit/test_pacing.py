@@ -12,6 +12,7 @@ from ipxbridge.policy.pacing import (
     FIRST_BACKOFF,
     MAX_BACKOFF,
     SMALL_DRAINS,
+    STAY_BATCH,
     TIMED,
     WAKEUP,
     WINDOW,
@@ -45,7 +46,7 @@ def feed(pacer: ReadPacer, rate: float, seconds: float, start: float = 0.0) -> f
 
 def test_light_traffic_is_read_as_it_arrives() -> None:
     pacer = ReadPacer(MS)
-    # Just under the entry rate: ENTER_BATCH datagrams per interval would be 2,000/s.
+    # Just under the entry rate: ENTER_BATCH datagrams per interval would be 4,000/s.
     feed(pacer, rate=0.9 * ENTER_BATCH / MS, seconds=2)
     assert not timed(pacer)
 
@@ -110,7 +111,7 @@ def test_a_batch_resets_the_back_off() -> None:
     now = feed(pacer, rate=10_000, seconds=60, start=now)
     assert timed(pacer)
     now += MS
-    assert pacer.drained(ENTER_BATCH, now)  # real load this time
+    assert pacer.drained(STAY_BATCH, now)  # real load this time
     for _ in range(SMALL_DRAINS):
         now += MS
         pacer.drained(1, now)
@@ -203,7 +204,7 @@ def test_the_endpoint_drains_on_a_timer_under_load_and_every_packet_is_switched(
     assert counters.received == counters.forwarded == 3000
     assert counters.reads[TIMED] > 0
     timed_batch = counters.read_datagrams[TIMED] / counters.reads[TIMED]
-    assert timed_batch >= ENTER_BATCH
+    assert timed_batch >= STAY_BATCH
     assert sum(counters.read_datagrams.values()) == counters.received
     assert reading  # the load stopped: the socket wakes the bridge again
 

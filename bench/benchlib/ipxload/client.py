@@ -553,6 +553,8 @@ _IPX_BOOKS: Final = (
     "ipxbridge_ipx_port_received_packets_total",
     "ipxbridge_ipx_port_packets_total",
     "ipxbridge_ipx_port_dropped_copies_total",
+    "ipxbridge_ipx_reads_total",  # reads of the tunnel socket by mode, and their datagrams
+    "ipxbridge_ipx_read_datagrams_total",
 )
 _IPX_COPIES: Final = (  # the IPX path's samples of these (path="ipx")
     "ipxbridge_sent_copies_total",
