@@ -332,14 +332,18 @@ class IpxEndpoint:
         self._drain_timer = None
         if self._closed:
             return
+        loop = self._loop
+        started = loop.time()
         count = self._drain()
         counters = self.counters
         counters.reads[TIMED] += 1
         counters.read_datagrams[TIMED] += count
-        if self.pacer.drained(count, self._loop.time()):
+        if self.pacer.drained(count, loop.time()):
+            # One interval from this drain's start, not its end: a datagram waits at most
+            # the interval (and the loop's timer resolution), however long a drain takes.
             # A drain that hit the cap left datagrams behind: the next one at once.
-            delay = 0.0 if count >= MAX_PER_WAKEUP else self.pacer.interval
-            self._drain_timer = self._loop.call_later(delay, self._on_timer)
+            when = started if count >= MAX_PER_WAKEUP else started + self.pacer.interval
+            self._drain_timer = loop.call_at(when, self._on_timer)
         else:
             self._loop.add_reader(self._sock.fileno(), self._on_readable)
 
