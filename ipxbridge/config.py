@@ -105,8 +105,9 @@ ipx:
   filter_sockets: true
   # Under heavy load (2,000 datagrams a second and more), read the tunnel socket every
   # this many milliseconds instead of waking per datagram: about a third less CPU at 8,000
-  # packets/s in, each packet delayed up to this long while the load lasts (DOSBox reads
-  # its own socket once a millisecond). 0 = wake per datagram always.
+  # packets/s in, each packet delayed up to this long (plus the loop's 1 ms timer
+  # resolution) while the load lasts (DOSBox reads its own socket once a millisecond).
+  # 0 = wake per datagram always.
   coalesce_ms: 2
   # Interface ports: the same IPX network on chosen interfaces and VPNs, for players the
   # tunnel cannot reach. kinds: ethernet = native IPX frames (DOS PCs, Windows 9x, 86Box,

@@ -8,14 +8,15 @@ receiver besides. Under heavy load the bridge instead stops waiting on the socke
 it every ``interval`` seconds: each drain reads a batch with one ``recvmmsg``, and the
 copies leave in bursts (``docs/benchmarks.md``, "Read coalescing").
 
-What it costs: a packet waits up to ``interval`` (2 ms by default) before it is switched,
-and only while the load lasts; below 2,000 datagrams a second nothing changes. That is two
-ticks of DOSBox's own delay: it reads its IPX socket once per 1 ms timer tick
-(``docs/protocols.md`` 4.7, "Throughput"), and a DOS game's frame is 14-70 ms. A bridge that
-needs the lowest latency under load turns it off (``ipx.coalesce_ms: 0``). Each timed drain
-costs about 60 µs on the bench machine (the loop's timer round and the process's sleep and
-wake-up), so the interval sets the batch: 1 ms gave 5 datagrams a drain at 4,000 a second,
-2 ms gave 10 and 9 % less CPU (``docs/benchmarks.md``, "Read coalescing").
+What it costs: a packet waits up to ``interval`` (2 ms by default; asyncio's timers add up
+to 1 ms) before it is switched, and only while the load lasts; below 2,000 datagrams a
+second nothing changes. That is two ticks of DOSBox's own delay: it reads its IPX socket
+once per 1 ms timer tick (``docs/protocols.md`` 4.7, "Throughput"), and a DOS game's frame
+is 14-70 ms. A bridge that needs the lowest latency under load turns it off
+(``ipx.coalesce_ms: 0``). Each timed drain costs about 60 µs on the bench machine (the
+loop's timer round and the process's sleep and wake-up), so the interval sets the batch:
+1 ms gave 5 datagrams a drain at 4,000 a second, 2 ms gave 10 and 9 % less CPU
+(``docs/benchmarks.md``, "Read coalescing").
 
 The rules (the clock is passed in, docs/architecture.md rule 2):
 
