@@ -37,6 +37,7 @@
 """
 
 import asyncio
+import ctypes
 import errno
 import logging
 import socket
@@ -81,6 +82,13 @@ FAIR_HOLD: Final = 2.0
 SOLO_READ_AHEAD: Final = 64
 _IPV4: Final = struct.Struct("!BBHHHBBH4s4s")
 _UDP: Final = struct.Struct("!HHHH")
+_IPV4_WORDS: Final = struct.Struct("!10H")
+ETH_P_IP: Final = 0x0800
+ARPHRD_ETHER: Final = 1
+ARPHRD_NONE: Final = 0xFFFE  # tun and WireGuard: IP packets with no link-layer header
+SO_ATTACH_FILTER: Final = 26
+# A classic BPF program of one instruction, "ret #0": accept nothing (linux/filter.h).
+_DROP_ALL: Final = struct.pack("HBBI", 0x06, 0, 0, 0)
 # Own copies and loop copies were inspected the first time; spoofed or invalid sources, a
 # reflecting SOCKADDR and enumerations over their rate are not a player's (R7, R9).
 UNINSPECTED: Final = frozenset(
@@ -128,25 +136,70 @@ def build_ip_udp(
 ) -> list[bytes]:
     """IPv4 + UDP packets for a raw ``IP_HDRINCL`` socket, fragmented to ``mtu``.
 
-    The kernel fills in the IP header checksum; the UDP checksum is 0 ("not computed",
-    RFC 768), which every IPv4 stack accepts. ``tos`` is the whole TOS byte (DSCP << 2).
+    The IP header checksum is computed here (RFC 791 3.1): a packet socket sends the bytes as
+    they are (the kernel recomputes it for ``IP_HDRINCL``). The UDP checksum is 0 ("not
+    computed", RFC 768), which every IPv4 stack accepts. ``tos`` is the whole TOS byte (DSCP
+    << 2).
     """
     udp = _UDP.pack(src[1], dst[1], 8 + len(payload), 0) + payload
     saddr, daddr = socket.inet_aton(src[0]), socket.inet_aton(dst[0])
     if 20 + len(udp) <= mtu:
-        return [_IPV4.pack(0x45, tos, 20 + len(udp), ident, 0, ttl, 17, 0, saddr, daddr) + udp]
+        return [_ip_header(tos, 20 + len(udp), ident, 0, ttl, saddr, daddr) + udp]
     step = max(8, (mtu - 20) & ~7)
     packets = []
     for offset in range(0, len(udp), step):
         chunk = udp[offset : offset + step]
         more = 0x2000 if offset + step < len(udp) else 0
         packets.append(
-            _IPV4.pack(
-                0x45, tos, 20 + len(chunk), ident, more | (offset >> 3), ttl, 17, 0, saddr, daddr
-            )
-            + chunk
+            _ip_header(tos, 20 + len(chunk), ident, more | (offset >> 3), ttl, saddr, daddr) + chunk
         )
     return packets
+
+
+def _ip_header(  # noqa: PLR0917 - the header's fields in order
+    tos: int, length: int, ident: int, frag: int, ttl: int, saddr: bytes, daddr: bytes
+) -> bytes:
+    """An IPv4 header (no options) with its checksum: the ones' complement sum (RFC 1071)."""
+    header = _IPV4.pack(0x45, tos, length, ident, frag, ttl, 17, 0, saddr, daddr)
+    total: int = sum(_IPV4_WORDS.unpack(header))
+    total = (total & 0xFFFF) + (total >> 16)
+    total += total >> 16
+    return header[:10] + (~total & 0xFFFF).to_bytes(2, "big") + header[12:]
+
+
+def _open_link(name: str) -> tuple[socket.socket, bytes] | None:
+    """A packet socket that hands ready-made IPv4 packets to device ``name``, and their header.
+
+    Why (preserve mode): a copy sent through the IP stack to a broadcast address is looped
+    back to every local socket bound to its port (the kernel's ``ip_mc_output``), so the relay
+    read each of its own copies again, half of all it read at saturation, and dropped it
+    (``source_off_link``). A frame given to the device is not looped back, as the kernel fast
+    path's ``dup`` is not; like it, it skips the box's own IP output hooks. Ethernet gets the
+    broadcast frame header (only subnet-broadcast copies go this way: a unicast would need
+    ARP); devices without a link header (WireGuard, tun) take the packet as it is. Bound with
+    ``ETH_P_IP`` so the device knows what it carries, behind a filter that accepts nothing,
+    so it never receives. None where that cannot be had: the raw IP socket serves alone.
+    """
+    try:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    except OSError:
+        return None
+    try:
+        sock.setblocking(False)
+        program = ctypes.create_string_buffer(_DROP_ALL, len(_DROP_ALL))
+        fprog = struct.pack("@HP", 1, ctypes.addressof(program))  # struct sock_fprog
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+        sock.bind((name, ETH_P_IP))
+        hatype, mac = sock.getsockname()[3:5]
+    except OSError:
+        sock.close()
+        return None
+    if hatype == ARPHRD_ETHER and len(mac) == 6:
+        return sock, b"\xff" * 6 + mac + ETH_P_IP.to_bytes(2, "big")
+    if hatype == ARPHRD_NONE:
+        return sock, b""
+    sock.close()
+    return None
 
 
 def _errno_name(exc: OSError) -> str:
@@ -198,6 +251,8 @@ class BroadcastRelay:
         self.counters = counters or RelayCounters()
         self._recv: list[socket.socket] = []
         self._raw: dict[int, socket.socket] = {}  # egress index -> raw socket (preserve)
+        # egress index -> packet socket and link header for copies (preserve; _open_link)
+        self._link: dict[int, tuple[socket.socket, bytes]] = {}
         self._flows: dict[FlowKey, _Flow] = {}  # (player, egress index)
         self._table = FlowTable(flow_limits)  # which flows keep their socket
         self._returns: dict[tuple[Address, int, Address], _Return] = {}
@@ -258,6 +313,9 @@ class BroadcastRelay:
         for raw in self._raw.values():
             raw.close()
         self._raw.clear()
+        for link, _ in self._link.values():
+            link.close()
+        self._link.clear()
         for key in list(self._flows):
             self._close_flow(key)
 
@@ -271,6 +329,9 @@ class BroadcastRelay:
         for index in list(self._raw):
             if index not in current:
                 self._raw.pop(index).close()
+        for index in list(self._link):
+            if index not in current:
+                self._link.pop(index)[0].close()
         for key, flow in list(self._flows.items()):
             new = current.get(flow.egress.index)
             if new is None or new.address != flow.egress.address or flow.ingress not in current:
@@ -281,6 +342,10 @@ class BroadcastRelay:
                     raw = self._open_raw(egress)
                     if raw is not None:
                         self._raw[index] = raw
+                if index not in self._link:
+                    link = _open_link(egress.name)
+                    if link is not None:
+                        self._link[index] = link
 
     def tick(self, now: float) -> None:
         """Expire idle flows and old loop records."""
@@ -401,12 +466,8 @@ class BroadcastRelay:
         egress = copy.egress
         try:
             if self.policy.settings.source_mode is SourceMode.PRESERVE:
-                raw = self._raw.get(egress.index)
-                if raw is None:
-                    self.counters.send_errors[(egress.name, "NO_SOCKET")] += 1
-                    return True
                 self._ident = (self._ident + 1) & 0xFFFF
-                for packet in build_ip_udp(
+                packets = build_ip_udp(
                     player,
                     (copy.dst, port),
                     copy.payload,
@@ -414,8 +475,20 @@ class BroadcastRelay:
                     ident=self._ident,
                     mtu=egress.mtu,
                     tos=self.policy.settings.dscp_mark << 2,  # as the fast path's (mixed bridges)
-                ):
-                    raw.sendto(packet, (copy.dst, 0))
+                )
+                link = self._link.get(egress.index)
+                if link is not None and (not link[1] or copy.dst == egress.broadcast):
+                    # Straight to the device: not looped back to our own sockets (_open_link).
+                    sock, head = link
+                    for packet in packets:
+                        sock.send(head + packet)
+                else:
+                    raw = self._raw.get(egress.index)
+                    if raw is None:
+                        self.counters.send_errors[(egress.name, "NO_SOCKET")] += 1
+                        return True
+                    for packet in packets:
+                        raw.sendto(packet, (copy.dst, 0))
             else:
                 flow = self._flow(player, ingress, egress, port, now)
                 if flow is None:
