@@ -85,7 +85,6 @@ _UDP: Final = struct.Struct("!HHHH")
 _IPV4_WORDS: Final = struct.Struct("!10H")
 ETH_P_IP: Final = 0x0800
 ARPHRD_ETHER: Final = 1
-ARPHRD_NONE: Final = 0xFFFE  # tun and WireGuard: IP packets with no link-layer header
 SO_ATTACH_FILTER: Final = 26
 # A classic BPF program of one instruction, "ret #0": accept nothing (linux/filter.h).
 _DROP_ALL: Final = struct.pack("HBBI", 0x06, 0, 0, 0)
@@ -168,17 +167,19 @@ def _ip_header(  # noqa: PLR0917 - the header's fields in order
 
 
 def _open_link(name: str) -> tuple[socket.socket, bytes] | None:
-    """A packet socket that hands ready-made IPv4 packets to device ``name``, and their header.
+    """A packet socket that puts broadcast frames on Ethernet device ``name``, and their header.
 
-    Why (preserve mode): a copy sent through the IP stack to a broadcast address is looped
-    back to every local socket bound to its port (the kernel's ``ip_mc_output``), so the relay
-    read each of its own copies again, half of all it read at saturation, and dropped it
-    (``source_off_link``). A frame given to the device is not looped back, as the kernel fast
-    path's ``dup`` is not; like it, it skips the box's own IP output hooks. Ethernet gets the
-    broadcast frame header (only subnet-broadcast copies go this way: a unicast would need
-    ARP); devices without a link header (WireGuard, tun) take the packet as it is. Bound with
-    ``ETH_P_IP`` so the device knows what it carries, behind a filter that accepts nothing,
-    so it never receives. None where that cannot be had: the raw IP socket serves alone.
+    Why: a copy sent through the IP stack to a broadcast address is looped back to every local
+    socket bound to its port (the kernel's ``ip_mc_output``), so the relay read each of its own
+    broadcast copies again, half of all it read at saturation, and dropped it
+    (``source_off_link``, or ``own_packet`` for a rewritten copy). A frame given to the device
+    is not looped back, as the kernel fast path's ``dup`` is not; like it, it skips the box's
+    own IP output hooks and connection tracking, which a broadcast never matches anyway.
+    Unicast copies (point-to-point peers) are not looped back and keep their sockets: they
+    would need ARP here, and a rewritten one's answers may need the conntrack entry. Bound
+    with ``ETH_P_IP`` so the device knows what it carries, behind a filter that accepts
+    nothing, so it never receives. None where that cannot be had (no CAP_NET_RAW, not
+    Ethernet): the sockets send as before.
     """
     try:
         sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
@@ -194,12 +195,10 @@ def _open_link(name: str) -> tuple[socket.socket, bytes] | None:
     except OSError:
         sock.close()
         return None
-    if hatype == ARPHRD_ETHER and len(mac) == 6:
-        return sock, b"\xff" * 6 + mac + ETH_P_IP.to_bytes(2, "big")
-    if hatype == ARPHRD_NONE:
-        return sock, b""
-    sock.close()
-    return None
+    if hatype != ARPHRD_ETHER or len(mac) != 6:
+        sock.close()
+        return None
+    return sock, b"\xff" * 6 + mac + ETH_P_IP.to_bytes(2, "big")
 
 
 def _errno_name(exc: OSError) -> str:
@@ -214,6 +213,7 @@ class _Flow:
     port: int  # relay port the player broadcast to
     sock: socket.socket
     ttl: int = 0
+    source: Address = ("", 0)  # the flow socket's address: what its copies come from
     # its return sockets' keys: closing a flow (an eviction per datagram in a flood) must not
     # scan the whole return table
     returns: set[tuple[Address, int, Address]] = field(default_factory=set)
@@ -251,7 +251,7 @@ class BroadcastRelay:
         self.counters = counters or RelayCounters()
         self._recv: list[socket.socket] = []
         self._raw: dict[int, socket.socket] = {}  # egress index -> raw socket (preserve)
-        # egress index -> packet socket and link header for copies (preserve; _open_link)
+        # egress index -> packet socket and frame header for broadcast copies (_open_link)
         self._link: dict[int, tuple[socket.socket, bytes]] = {}
         self._flows: dict[FlowKey, _Flow] = {}  # (player, egress index)
         self._table = FlowTable(flow_limits)  # which flows keep their socket
@@ -336,16 +336,17 @@ class BroadcastRelay:
             new = current.get(flow.egress.index)
             if new is None or new.address != flow.egress.address or flow.ingress not in current:
                 self._close_flow(key)
+        for index, egress in current.items():
+            if index not in self._link:
+                link = _open_link(egress.name)  # None without CAP_NET_RAW: the sockets send
+                if link is not None:
+                    self._link[index] = link
         if self.policy.settings.source_mode is SourceMode.PRESERVE:
             for index, egress in current.items():
                 if index not in self._raw:
                     raw = self._open_raw(egress)
                     if raw is not None:
                         self._raw[index] = raw
-                if index not in self._link:
-                    link = _open_link(egress.name)
-                    if link is not None:
-                        self._link[index] = link
 
     def tick(self, now: float) -> None:
         """Expire idle flows and old loop records."""
@@ -465,38 +466,51 @@ class BroadcastRelay:
         """
         egress = copy.egress
         try:
-            if self.policy.settings.source_mode is SourceMode.PRESERVE:
+            preserve = self.policy.settings.source_mode is SourceMode.PRESERVE
+            flow = None
+            if preserve:
+                source = player
+            else:
+                flow = self._flow(player, ingress, egress, port, now)
+                if flow is None:
+                    return False
+                source = flow.source  # the flow socket takes the answers
+            link = self._link.get(egress.index)
+            if link is not None and copy.dst == egress.broadcast:
+                # Straight to the device: not looped back to our own sockets (_open_link).
                 self._ident = (self._ident + 1) & 0xFFFF
-                packets = build_ip_udp(
-                    player,
+                sock, head = link
+                for packet in build_ip_udp(
+                    source,
                     (copy.dst, port),
                     copy.payload,
                     ttl=copy.ttl,
                     ident=self._ident,
                     mtu=egress.mtu,
                     tos=self.policy.settings.dscp_mark << 2,  # as the fast path's (mixed bridges)
-                )
-                link = self._link.get(egress.index)
-                if link is not None and (not link[1] or copy.dst == egress.broadcast):
-                    # Straight to the device: not looped back to our own sockets (_open_link).
-                    sock, head = link
-                    for packet in packets:
-                        sock.send(head + packet)
-                else:
-                    raw = self._raw.get(egress.index)
-                    if raw is None:
-                        self.counters.send_errors[(egress.name, "NO_SOCKET")] += 1
-                        return True
-                    for packet in packets:
-                        raw.sendto(packet, (copy.dst, 0))
-            else:
-                flow = self._flow(player, ingress, egress, port, now)
-                if flow is None:
-                    return False
+                ):
+                    sock.send(head + packet)
+            elif flow is not None:
                 if flow.ttl != copy.ttl:  # also a new flow's first copy (ttl 0)
                     flow.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, copy.ttl)
                     flow.ttl = copy.ttl
                 flow.sock.sendto(copy.payload, (copy.dst, port))
+            else:
+                raw = self._raw.get(egress.index)
+                if raw is None:
+                    self.counters.send_errors[(egress.name, "NO_SOCKET")] += 1
+                    return True
+                self._ident = (self._ident + 1) & 0xFFFF
+                for packet in build_ip_udp(
+                    player,
+                    (copy.dst, port),
+                    copy.payload,
+                    ttl=copy.ttl,
+                    ident=self._ident,
+                    mtu=egress.mtu,
+                    tos=self.policy.settings.dscp_mark << 2,
+                ):
+                    raw.sendto(packet, (copy.dst, 0))
         except BlockingIOError:
             self.counters.send_errors[(egress.name, "EAGAIN")] += 1
         except OSError as exc:
@@ -559,7 +573,7 @@ class BroadcastRelay:
             if self.counters.flows_refused[reason] == 1:  # once per reason: this can be a flood
                 logger.warning("cannot open a flow socket on %s: %s", egress.name, exc)
             return None
-        flow = _Flow(player, ingress, egress, port, sock)
+        flow = _Flow(player, ingress, egress, port, sock, source=sock.getsockname())
         self._flows[key] = flow
         self._loop.add_reader(sock.fileno(), self._on_flow, flow)
         return flow

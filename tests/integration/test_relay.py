@@ -442,12 +442,12 @@ def test_relay_books_balance_over_a_mix_of_every_outcome(topo: Net, workdir: Pat
 
 @pytest.mark.netns
 def test_python_copies_go_to_the_devices_and_are_not_read_back(topo: Net, workdir: Path) -> None:
-    """Preserve mode on the Python path hands each copy to its device: a broadcast frame on
-    lanB, the bare IP packet on WireGuard. Sent through the IP stack instead, every broadcast
-    copy was looped back to the relay's own socket and read again (dropped as
-    source_off_link: half of what the relay read at saturation). The copies arrive, from the
-    player's address, with a header checksum the receiving kernels accept, and the relay
-    reads each broadcast once."""
+    """Preserve mode on the Python path puts its broadcast copies on Ethernet itself (lanB);
+    the unicast copy to the WireGuard peer goes through the raw IP socket. Sent through the IP
+    stack, every broadcast copy was looped back to the relay's own socket and read again
+    (dropped as source_off_link: half of what the relay read at saturation). The copies
+    arrive, from the player's address, with a header checksum the receiving kernels accept,
+    and the relay reads each broadcast once."""
     b = bridge(topo, workdir, "preserve-python", "--metrics-listen", "127.0.0.1:9213")
     player = topo.udp(topo.pa, 0, device="eth0")
     host = topo.udp(topo.hb, 47624)
