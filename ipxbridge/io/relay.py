@@ -37,7 +37,6 @@
 """
 
 import asyncio
-import ctypes
 import errno
 import logging
 import socket
@@ -46,12 +45,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ipxbridge.io.bpf import DROP_ALL, attach_filter
 from ipxbridge.io.sockstats import drops_before_close, socket_drops
 from ipxbridge.obs.counters import RelayCounters
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.fairness import FairQueue
 from ipxbridge.policy.flows import FlowKey, FlowLimits, FlowTable
 from ipxbridge.policy.relay import Copy, Egress, RelayPolicy, SourceMode
+from ipxbridge.policy.topology import ARPHRD_ETHER
 from ipxbridge.wire.dplay8 import is_dp8_port
 
 logger = logging.getLogger(__name__)
@@ -84,10 +85,6 @@ _IPV4: Final = struct.Struct("!BBHHHBBH4s4s")
 _UDP: Final = struct.Struct("!HHHH")
 _IPV4_WORDS: Final = struct.Struct("!10H")
 ETH_P_IP: Final = 0x0800
-ARPHRD_ETHER: Final = 1
-SO_ATTACH_FILTER: Final = 26
-# A classic BPF program of one instruction, "ret #0": accept nothing (linux/filter.h).
-_DROP_ALL: Final = struct.pack("HBBI", 0x06, 0, 0, 0)
 # Own copies and loop copies were inspected the first time; spoofed or invalid sources, a
 # reflecting SOCKADDR and enumerations over their rate are not a player's (R7, R9).
 UNINSPECTED: Final = frozenset(
@@ -187,9 +184,7 @@ def _open_link(name: str) -> tuple[socket.socket, bytes] | None:
         return None
     try:
         sock.setblocking(False)
-        program = ctypes.create_string_buffer(_DROP_ALL, len(_DROP_ALL))
-        fprog = struct.pack("@HP", 1, ctypes.addressof(program))  # struct sock_fprog
-        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+        attach_filter(sock, DROP_ALL)
         sock.bind((name, ETH_P_IP))
         hatype, mac = sock.getsockname()[3:5]
     except OSError:
