@@ -45,12 +45,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ipxbridge.io.bpf import DROP_ALL, attach_filter
 from ipxbridge.io.sockstats import drops_before_close, socket_drops
 from ipxbridge.obs.counters import RelayCounters
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.fairness import FairQueue
 from ipxbridge.policy.flows import FlowKey, FlowLimits, FlowTable
 from ipxbridge.policy.relay import Copy, Egress, RelayPolicy, SourceMode
+from ipxbridge.policy.topology import ARPHRD_ETHER
 from ipxbridge.wire.dplay8 import is_dp8_port
 
 logger = logging.getLogger(__name__)
@@ -81,6 +83,8 @@ FAIR_HOLD: Final = 2.0
 SOLO_READ_AHEAD: Final = 64
 _IPV4: Final = struct.Struct("!BBHHHBBH4s4s")
 _UDP: Final = struct.Struct("!HHHH")
+_IPV4_WORDS: Final = struct.Struct("!10H")
+ETH_P_IP: Final = 0x0800
 # Own copies and loop copies were inspected the first time; spoofed or invalid sources, a
 # reflecting SOCKADDR and enumerations over their rate are not a player's (R7, R9).
 UNINSPECTED: Final = frozenset(
@@ -128,25 +132,68 @@ def build_ip_udp(
 ) -> list[bytes]:
     """IPv4 + UDP packets for a raw ``IP_HDRINCL`` socket, fragmented to ``mtu``.
 
-    The kernel fills in the IP header checksum; the UDP checksum is 0 ("not computed",
-    RFC 768), which every IPv4 stack accepts. ``tos`` is the whole TOS byte (DSCP << 2).
+    The IP header checksum is computed here (RFC 791 3.1): a packet socket sends the bytes as
+    they are (the kernel recomputes it for ``IP_HDRINCL``). The UDP checksum is 0 ("not
+    computed", RFC 768), which every IPv4 stack accepts. ``tos`` is the whole TOS byte (DSCP
+    << 2).
     """
     udp = _UDP.pack(src[1], dst[1], 8 + len(payload), 0) + payload
     saddr, daddr = socket.inet_aton(src[0]), socket.inet_aton(dst[0])
     if 20 + len(udp) <= mtu:
-        return [_IPV4.pack(0x45, tos, 20 + len(udp), ident, 0, ttl, 17, 0, saddr, daddr) + udp]
+        return [_ip_header(tos, 20 + len(udp), ident, 0, ttl, saddr, daddr) + udp]
     step = max(8, (mtu - 20) & ~7)
     packets = []
     for offset in range(0, len(udp), step):
         chunk = udp[offset : offset + step]
         more = 0x2000 if offset + step < len(udp) else 0
         packets.append(
-            _IPV4.pack(
-                0x45, tos, 20 + len(chunk), ident, more | (offset >> 3), ttl, 17, 0, saddr, daddr
-            )
-            + chunk
+            _ip_header(tos, 20 + len(chunk), ident, more | (offset >> 3), ttl, saddr, daddr) + chunk
         )
     return packets
+
+
+def _ip_header(  # noqa: PLR0917 - the header's fields in order
+    tos: int, length: int, ident: int, frag: int, ttl: int, saddr: bytes, daddr: bytes
+) -> bytes:
+    """An IPv4 header (no options) with its checksum: the ones' complement sum (RFC 1071)."""
+    header = _IPV4.pack(0x45, tos, length, ident, frag, ttl, 17, 0, saddr, daddr)
+    total: int = sum(_IPV4_WORDS.unpack(header))
+    total = (total & 0xFFFF) + (total >> 16)
+    total += total >> 16
+    return header[:10] + (~total & 0xFFFF).to_bytes(2, "big") + header[12:]
+
+
+def _open_link(name: str) -> tuple[socket.socket, bytes] | None:
+    """A packet socket that puts broadcast frames on Ethernet device ``name``, and their header.
+
+    Why: a copy sent through the IP stack to a broadcast address is looped back to every local
+    socket bound to its port (the kernel's ``ip_mc_output``), so the relay read each of its own
+    broadcast copies again, half of all it read at saturation, and dropped it
+    (``source_off_link``, or ``own_packet`` for a rewritten copy). A frame given to the device
+    is not looped back, as the kernel fast path's ``dup`` is not; like it, it skips the box's
+    own IP output hooks and connection tracking, which a broadcast never matches anyway.
+    Unicast copies (point-to-point peers) are not looped back and keep their sockets: they
+    would need ARP here, and a rewritten one's answers may need the conntrack entry. Bound
+    with ``ETH_P_IP`` so the device knows what it carries, behind a filter that accepts
+    nothing, so it never receives. None where that cannot be had (no CAP_NET_RAW, not
+    Ethernet): the sockets send as before.
+    """
+    try:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    except OSError:
+        return None
+    try:
+        sock.setblocking(False)
+        attach_filter(sock, DROP_ALL)
+        sock.bind((name, ETH_P_IP))
+        hatype, mac = sock.getsockname()[3:5]
+    except OSError:
+        sock.close()
+        return None
+    if hatype != ARPHRD_ETHER or len(mac) != 6:
+        sock.close()
+        return None
+    return sock, b"\xff" * 6 + mac + ETH_P_IP.to_bytes(2, "big")
 
 
 def _errno_name(exc: OSError) -> str:
@@ -161,6 +208,7 @@ class _Flow:
     port: int  # relay port the player broadcast to
     sock: socket.socket
     ttl: int = 0
+    source: Address = ("", 0)  # the flow socket's address: what its copies come from
     # its return sockets' keys: closing a flow (an eviction per datagram in a flood) must not
     # scan the whole return table
     returns: set[tuple[Address, int, Address]] = field(default_factory=set)
@@ -198,6 +246,8 @@ class BroadcastRelay:
         self.counters = counters or RelayCounters()
         self._recv: list[socket.socket] = []
         self._raw: dict[int, socket.socket] = {}  # egress index -> raw socket (preserve)
+        # egress index -> packet socket and frame header for broadcast copies (_open_link)
+        self._link: dict[int, tuple[socket.socket, bytes]] = {}
         self._flows: dict[FlowKey, _Flow] = {}  # (player, egress index)
         self._table = FlowTable(flow_limits)  # which flows keep their socket
         self._returns: dict[tuple[Address, int, Address], _Return] = {}
@@ -258,6 +308,9 @@ class BroadcastRelay:
         for raw in self._raw.values():
             raw.close()
         self._raw.clear()
+        for link, _ in self._link.values():
+            link.close()
+        self._link.clear()
         for key in list(self._flows):
             self._close_flow(key)
 
@@ -271,10 +324,18 @@ class BroadcastRelay:
         for index in list(self._raw):
             if index not in current:
                 self._raw.pop(index).close()
+        for index in list(self._link):
+            if index not in current:
+                self._link.pop(index)[0].close()
         for key, flow in list(self._flows.items()):
             new = current.get(flow.egress.index)
             if new is None or new.address != flow.egress.address or flow.ingress not in current:
                 self._close_flow(key)
+        for index, egress in current.items():
+            if index not in self._link:
+                link = _open_link(egress.name)  # None without CAP_NET_RAW: the sockets send
+                if link is not None:
+                    self._link[index] = link
         if self.policy.settings.source_mode is SourceMode.PRESERVE:
             for index, egress in current.items():
                 if index not in self._raw:
@@ -400,7 +461,36 @@ class BroadcastRelay:
         """
         egress = copy.egress
         try:
-            if self.policy.settings.source_mode is SourceMode.PRESERVE:
+            preserve = self.policy.settings.source_mode is SourceMode.PRESERVE
+            flow = None
+            if preserve:
+                source = player
+            else:
+                flow = self._flow(player, ingress, egress, port, now)
+                if flow is None:
+                    return False
+                source = flow.source  # the flow socket takes the answers
+            link = self._link.get(egress.index)
+            if link is not None and copy.dst == egress.broadcast:
+                # Straight to the device: not looped back to our own sockets (_open_link).
+                self._ident = (self._ident + 1) & 0xFFFF
+                sock, head = link
+                for packet in build_ip_udp(
+                    source,
+                    (copy.dst, port),
+                    copy.payload,
+                    ttl=copy.ttl,
+                    ident=self._ident,
+                    mtu=egress.mtu,
+                    tos=self.policy.settings.dscp_mark << 2,  # as the fast path's (mixed bridges)
+                ):
+                    sock.send(head + packet)
+            elif flow is not None:
+                if flow.ttl != copy.ttl:  # also a new flow's first copy (ttl 0)
+                    flow.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, copy.ttl)
+                    flow.ttl = copy.ttl
+                flow.sock.sendto(copy.payload, (copy.dst, port))
+            else:
                 raw = self._raw.get(egress.index)
                 if raw is None:
                     self.counters.send_errors[(egress.name, "NO_SOCKET")] += 1
@@ -413,17 +503,9 @@ class BroadcastRelay:
                     ttl=copy.ttl,
                     ident=self._ident,
                     mtu=egress.mtu,
-                    tos=self.policy.settings.dscp_mark << 2,  # as the fast path's (mixed bridges)
+                    tos=self.policy.settings.dscp_mark << 2,
                 ):
                     raw.sendto(packet, (copy.dst, 0))
-            else:
-                flow = self._flow(player, ingress, egress, port, now)
-                if flow is None:
-                    return False
-                if flow.ttl != copy.ttl:  # also a new flow's first copy (ttl 0)
-                    flow.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, copy.ttl)
-                    flow.ttl = copy.ttl
-                flow.sock.sendto(copy.payload, (copy.dst, port))
         except BlockingIOError:
             self.counters.send_errors[(egress.name, "EAGAIN")] += 1
         except OSError as exc:
@@ -486,7 +568,7 @@ class BroadcastRelay:
             if self.counters.flows_refused[reason] == 1:  # once per reason: this can be a flood
                 logger.warning("cannot open a flow socket on %s: %s", egress.name, exc)
             return None
-        flow = _Flow(player, ingress, egress, port, sock)
+        flow = _Flow(player, ingress, egress, port, sock, source=sock.getsockname())
         self._flows[key] = flow
         self._loop.add_reader(sock.fileno(), self._on_flow, flow)
         return flow

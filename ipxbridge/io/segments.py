@@ -61,7 +61,6 @@ every port carries plain IPX packets, which every IPXWrapper version and native 
 """
 
 import contextlib
-import ctypes
 import errno
 import logging
 import socket
@@ -70,6 +69,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
+from ipxbridge.io.bpf import attach_filter
 from ipxbridge.io.relay import IP_PKTINFO
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.policy.framings import FramingLearner
@@ -102,7 +102,6 @@ PACKET_ADD_MEMBERSHIP: Final = 1
 PACKET_MR_PROMISC: Final = 1
 PACKET_OUTGOING: Final = 4
 PACKET_IGNORE_OUTGOING: Final = 23
-SO_ATTACH_FILTER: Final = 26
 
 FRAME_BUFSIZE: Final = 0xFFFF  # the largest frame or datagram read
 READS_PER_WAKEUP: Final = 128  # bounded, so the other ports and the timers get their turn
@@ -207,19 +206,6 @@ def _pktinfo(ifindex: int, source: str) -> list[tuple[int, int, bytes]]:
 # --- Ethernet ------------------------------------------------------------------------------
 
 
-class _SockFilter(ctypes.Structure):
-    _fields_ = (
-        ("code", ctypes.c_uint16),
-        ("jt", ctypes.c_uint8),
-        ("jf", ctypes.c_uint8),
-        ("k", ctypes.c_uint32),
-    )
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter)))
-
-
 # Classic BPF (linux/filter.h): ldh [12]; jeq #0x8137 -> accept; jgt #1500 -> drop; accept.
 _IPX_FILTER: Final = (
     (0x28, 0, 0, 12),  # BPF_LD|BPF_H|BPF_ABS: the length/type field
@@ -228,12 +214,6 @@ _IPX_FILTER: Final = (
     (0x06, 0, 0, 0x40000),  # BPF_RET|BPF_K: accept (whole frame)
     (0x06, 0, 0, 0),  # BPF_RET|BPF_K: drop
 )
-
-
-def _attach_ipx_filter(sock: socket.socket) -> None:
-    program = (_SockFilter * len(_IPX_FILTER))(*(_SockFilter(*i) for i in _IPX_FILTER))
-    fprog = _SockFprog(len(_IPX_FILTER), program)
-    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, bytes(fprog))
 
 
 def open_packet_socket(plan: PortPlan) -> tuple[socket.socket, bool]:
@@ -249,7 +229,7 @@ def open_packet_socket(plan: PortPlan) -> tuple[socket.socket, bool]:
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     try:
         sock.setblocking(False)
-        _attach_ipx_filter(sock)
+        attach_filter(sock, _IPX_FILTER)
         own_frames_read = False
         try:
             sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)

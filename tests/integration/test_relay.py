@@ -441,6 +441,44 @@ def test_relay_books_balance_over_a_mix_of_every_outcome(topo: Net, workdir: Pat
 
 
 @pytest.mark.netns
+def test_python_copies_go_to_the_devices_and_are_not_read_back(topo: Net, workdir: Path) -> None:
+    """Preserve mode on the Python path puts its broadcast copies on Ethernet itself (lanB);
+    the unicast copy to the WireGuard peer goes through the raw IP socket. Sent through the IP
+    stack, every broadcast copy was looped back to the relay's own socket and read again
+    (dropped as source_off_link: half of what the relay read at saturation). The copies
+    arrive, from the player's address, with a header checksum the receiving kernels accept,
+    and the relay reads each broadcast once."""
+    b = bridge(topo, workdir, "preserve-python", "--metrics-listen", "127.0.0.1:9213")
+    player = topo.udp(topo.pa, 0, device="eth0")
+    host = topo.udp(topo.hb, 47624)
+    far = topo.udp(topo.vp, 47624)
+    try:
+        # Not enumerations: those are rate-limited per source (20 at once, then 10/s).
+        sent = [b"game state %d" % i for i in range(50)]
+        for payload in sent:
+            player.sendto(payload, ("255.255.255.255", 47624))
+            time.sleep(0.002)
+        at_host = [host.recvfrom(65535) for _ in range(50)]
+        at_far = [far.recvfrom(65535) for _ in range(50)]
+        for got in (at_host, at_far):
+            assert sorted(data for data, _ in got) == sorted(sent)
+            assert {src for _, src in got} == {("10.61.1.10", player.getsockname()[1])}
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            totals, reasons = relay_books(topo)
+            if totals["relayed"] >= 50:
+                break
+            time.sleep(0.1)
+        assert totals["relayed"] == 50
+        assert totals["received"] == 50, reasons  # the player's broadcasts, nothing else
+        assert sum(reasons.values()) == 0, reasons
+    finally:
+        for s in (player, host, far):
+            s.close()
+        assert b.stop() == 0
+
+
+@pytest.mark.netns
 def test_a_slow_nft_never_stalls_the_loop(net: Netns, workdir: Path) -> None:
     """The fast path's nft calls run off the loop: an nft that takes 3 s to
     list the counters (read every 5 s) must not delay the bridge's answers. The slow nft is a

@@ -9,12 +9,15 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scapy.layers.inet import IP, UDP, defragment
 
 from ipxbridge.app import Bridge
 from ipxbridge.config import Config, load_config
 from ipxbridge.io import netlink
 from ipxbridge.io import relay as relay_io
-from ipxbridge.io.relay import BroadcastRelay
+from ipxbridge.io.relay import BroadcastRelay, build_ip_udp
 from ipxbridge.obs import metrics
 from ipxbridge.obs.counters import RelayCounters
 from ipxbridge.policy.relay import RelayPolicy, RelaySettings
@@ -233,3 +236,44 @@ def test_every_reason_the_relay_io_records_is_exported_from_the_start() -> None:
     recorded = set(re.findall(r'dropped\["(\w+)"\]', source))
     assert recorded  # the pattern still finds them
     assert recorded <= metrics.RELAY_DROP_REASONS, recorded - metrics.RELAY_DROP_REASONS
+
+
+@given(
+    payload=st.binary(max_size=3000),
+    ttl=st.integers(1, 255),
+    ident=st.integers(0, 0xFFFF),
+    tos=st.integers(0, 255),
+    mtu=st.sampled_from([576, 1280, 1420, 1500]),
+)
+def test_built_packets_are_what_scapy_reads_with_a_valid_header_checksum(
+    payload: bytes, ttl: int, ident: int, tos: int, mtu: int
+) -> None:
+    """A packet socket sends the header as built: its checksum must be right (RFC 791 3.1).
+    scapy, an independent codec, recomputes it and reassembles the fragments."""
+    packets = build_ip_udp(
+        ("10.61.1.10", 2300),
+        ("10.61.2.255", 47624),
+        payload,
+        ttl=ttl,
+        ident=ident,
+        mtu=mtu,
+        tos=tos,
+    )
+    fragments = []
+    for raw in packets:
+        assert len(raw) <= mtu
+        ip = IP(raw)
+        built = ip.chksum
+        del ip.chksum
+        assert IP(bytes(ip)).chksum == built
+        assert (ip.src, ip.dst, ip.ttl, ip.id, ip.tos) == (
+            "10.61.1.10",
+            "10.61.2.255",
+            ttl,
+            ident,
+            tos,
+        )
+        fragments.append(ip)
+    whole = defragment(fragments)[0] if len(fragments) > 1 else fragments[0]  # type: ignore[no-untyped-call]
+    assert bytes(whole[UDP].payload) == payload
+    assert (whole[UDP].sport, whole[UDP].dport) == (2300, 47624)
