@@ -473,17 +473,8 @@ class BroadcastRelay:
             link = self._link.get(egress.index)
             if link is not None and copy.dst == egress.broadcast:
                 # Straight to the device: not looped back to our own sockets (_open_link).
-                self._ident = (self._ident + 1) & 0xFFFF
                 sock, head = link
-                for packet in build_ip_udp(
-                    source,
-                    (copy.dst, port),
-                    copy.payload,
-                    ttl=copy.ttl,
-                    ident=self._ident,
-                    mtu=egress.mtu,
-                    tos=self.policy.settings.dscp_mark << 2,  # as the fast path's (mixed bridges)
-                ):
+                for packet in self._packets(copy, source, port):
                     sock.send(head + packet)
             elif flow is not None:
                 if flow.ttl != copy.ttl:  # also a new flow's first copy (ttl 0)
@@ -495,16 +486,7 @@ class BroadcastRelay:
                 if raw is None:
                     self.counters.send_errors[(egress.name, "NO_SOCKET")] += 1
                     return True
-                self._ident = (self._ident + 1) & 0xFFFF
-                for packet in build_ip_udp(
-                    player,
-                    (copy.dst, port),
-                    copy.payload,
-                    ttl=copy.ttl,
-                    ident=self._ident,
-                    mtu=egress.mtu,
-                    tos=self.policy.settings.dscp_mark << 2,
-                ):
+                for packet in self._packets(copy, player, port):
                     raw.sendto(packet, (copy.dst, 0))
         except BlockingIOError:
             self.counters.send_errors[(egress.name, "EAGAIN")] += 1
@@ -513,6 +495,19 @@ class BroadcastRelay:
         else:
             self.counters.copies[egress.name] += 1
         return True
+
+    def _packets(self, copy: Copy, source: Address, port: int) -> list[bytes]:
+        """``copy`` as IPv4 packets from ``source``, fragmented to its egress's MTU."""
+        self._ident = (self._ident + 1) & 0xFFFF
+        return build_ip_udp(
+            source,
+            (copy.dst, port),
+            copy.payload,
+            ttl=copy.ttl,
+            ident=self._ident,
+            mtu=copy.egress.mtu,
+            tos=self.policy.settings.dscp_mark << 2,  # as the fast path's (mixed bridges)
+        )
 
     def _open_raw(self, egress: Egress) -> socket.socket | None:
         raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
