@@ -54,6 +54,7 @@ import json
 import os
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -78,6 +79,7 @@ SWEEP: Final = struct.Struct("!4sQ")  # b"RLBS", sequence
 PROBE: Final = struct.Struct("!4sIQ")  # b"RLBL", sequence, time.time_ns() at the send
 MAX_ROUNDS, MAX_SECONDS, MAX_PACKETS = 10, 10.0, 500_000
 NAIVE: Final = Path(__file__).resolve().with_name("naive_relay.py")
+FAIRNESS: Final = Path(__file__).resolve().with_name("fairness.py")
 
 RELAYS: Final = {
     "naive": "bench/naive_relay.py --from lanA --to lanB (raw socket, source kept)",
@@ -135,6 +137,9 @@ class Settings:
     relay_cpu: int
     steer: bool  # the box's receive work on the relay's CPU
     root: Path  # the ipxbridge checkout to run
+    r13_runs: int = 1  # bench/fairness.py runs on the Python path after the sweep (0: none)
+    r13_seconds: float = 8.0
+    r13_flood_pps: int = 20_000
 
 
 # --- the network -------------------------------------------------------------------------------
@@ -422,6 +427,47 @@ def ratio(value: float, base: float) -> str:
 # --- command line ------------------------------------------------------------------------------
 
 
+def r13(s: Settings) -> list[dict[str, Any]]:
+    """R13 on the Python path (docs/reliability.md): ``bench/fairness.py`` run ``r13_runs``
+    times, each in its own namespaces; per run whether it passed and the player's figures."""
+    runs = []
+    for _ in range(s.r13_runs):
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            cmd = [sys.executable, str(FAIRNESS), "--modes", "python"]
+            cmd += ["--seconds", f"{s.r13_seconds:g}", "--flood-pps", str(s.r13_flood_pps)]
+            cmd += ["--root", str(s.root), "--json", out.name]
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=s.r13_seconds + 120, check=False
+            )
+            try:
+                (result,) = json.loads(Path(out.name).read_text() or "[]")
+            except ValueError:
+                msg = f"fairness.py gave no figures:\n{done.stdout}{done.stderr}"
+                raise BenchError(msg) from None
+        runs.append(
+            {
+                "pass": done.returncode == 0,
+                "sent": result["legit_sent"],
+                "delivered": result["legit_delivered"],
+                "p99_ms": result["latency_ms"]["p99"],
+            }
+        )
+    return runs
+
+
+def render_r13(runs: list[dict[str, Any]], s: Settings) -> str:
+    """One line: how many R13 runs passed, the player's delivery and p99 latency."""
+    delivered = [100 * r["delivered"] / max(1, r["sent"]) for r in runs]
+    p99 = [r["p99_ms"] for r in runs]
+    return (
+        f"R13, Python path (bench/fairness.py --modes python --seconds {s.r13_seconds:g} "
+        f"--flood-pps {s.r13_flood_pps}; >= 99 % delivered, p99 <= 50 ms): "
+        f"{sum(r['pass'] for r in runs)}/{len(runs)} passed; the 10 pps player "
+        f"{min(delivered):.2f}-{max(delivered):.2f} % delivered, "
+        f"p99 {min(p99):.1f}-{max(p99):.1f} ms"
+    )
+
+
 def parse_args(argv: list[str]) -> tuple[Settings, Path | None]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -441,6 +487,15 @@ def parse_args(argv: list[str]) -> tuple[Settings, Path | None]:
     )
     parser.add_argument("--root", type=Path, default=ROOT, help="ipxbridge checkout to run")
     parser.add_argument("--json", type=Path, help="write every round's figures here too")
+    parser.add_argument(
+        "--r13",
+        type=int,
+        default=1,
+        help="runs of R13 (bench/fairness.py: a 10 pps player beside a flood) on the Python "
+        "path after the sweep, when ipx_python is measured; 0: none",
+    )
+    parser.add_argument("--r13-seconds", type=float, default=8.0, help="flood duration of each")
+    parser.add_argument("--r13-flood-pps", type=int, default=20_000, help="flood rate of each")
     a = parser.parse_args(argv)
     try:
         rates = tuple(int(r) for r in a.rates.split(","))
@@ -451,6 +506,8 @@ def parse_args(argv: list[str]) -> tuple[Settings, Path | None]:
         parser.error(f"unknown relays {unknown}; known: {', '.join(RELAYS)}")
     if not 1 <= a.rounds <= MAX_ROUNDS or not 0 < a.seconds <= MAX_SECONDS:
         parser.error(f"--rounds must be 1..{MAX_ROUNDS} and --seconds in (0, {MAX_SECONDS:g}]")
+    if not 0 <= a.r13 <= MAX_ROUNDS or not 0 < a.r13_seconds <= MAX_SECONDS:
+        parser.error(f"--r13 must be 0..{MAX_ROUNDS} and --r13-seconds in (0, {MAX_SECONDS:g}]")
     if not 0 < a.max_packets <= MAX_PACKETS or not 10 <= a.lat_count <= 10_000:
         parser.error(f"--max-packets must be 1..{MAX_PACKETS:,} and --lat-count 10..10,000")
     if any(r < 0 for r in rates) or not PROBE.size <= a.size <= 1400 or len(rates) > 10:
@@ -471,6 +528,9 @@ def parse_args(argv: list[str]) -> tuple[Settings, Path | None]:
         a.relay_cpu,
         not a.no_steer,
         a.root.resolve(),
+        a.r13 if "ipx_python" in relays else 0,
+        a.r13_seconds,
+        a.r13_flood_pps,
     ), a.json
 
 
@@ -505,6 +565,9 @@ def main() -> int:
     summary = summarise(raw, s)
     print()
     print(render(summary, raw["reference_us"], s))
+    if s.r13_runs:
+        summary["r13"] = r13(s)
+        print(render_r13(summary["r13"], s))
     if json_path is not None:
         json_path.write_text(json.dumps({"raw": raw, "summary": summary}, indent=1))
     return 0

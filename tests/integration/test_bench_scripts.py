@@ -84,16 +84,21 @@ RELAY_ROW = re.compile(
 def test_relay_bench_runs_every_relay_and_the_fast_path_delivers_all() -> None:
     """bench/relay_bench.py, one short round at 1000 pps: a row for each relay (the naive
     baseline, nft dup, ipxbridge on its three paths), every broadcast relayed by the kernel
-    fast path, and the namespaces and relay logs it made removed."""
+    fast path, the R13 line from a short fairness run, and the namespaces and relay logs it
+    made removed."""
     require("ip", "nft")
     args = ("--rounds", "1", "--rates", "1000", "--seconds", "1", "--lat-count", "200")
-    code, out = run_bench("relay_bench.py", *args, timeout=90)
+    args += ("--r13", "1", "--r13-seconds", "2")  # the R13 line, from a short fairness run
+    code, out = run_bench("relay_bench.py", *args, timeout=150)
     assert code == 0, out
     rows = {m[1]: (float(m[2]), float(m[4])) for m in RELAY_ROW.finditer(out)}
     assert set(rows) == {"naive", "nft_dup", "ipxbridge", "ipx_python", "ipx_rewrite"}, out
     assert rows["ipxbridge"][1] == 1.0, out  # delivery
     assert all(latency > 0 for latency, _ in rows.values()), out
     assert "Traceback" not in out, out
+    r13 = re.search(r"R13, Python path .*: (\d)/1 passed; the 10 pps player ([\d.]+)-", out)
+    assert r13, out
+    assert float(r13[2]) > 0, out  # the player got through (the pass bar needs a longer run)
     prefix = re.search(r"namespaces (rlb\d+)_\*", out)
     assert prefix, out
     assert not [name for name in namespaces() if name.startswith(prefix.group(1) + "_")]
