@@ -87,7 +87,16 @@ def test_relay_bench_runs_every_relay_and_the_fast_path_delivers_all() -> None:
     fast path, the R13 line from a short fairness run, and the namespaces and relay logs it
     made removed."""
     require("ip", "nft")
-    args = ("--rounds", "1", "--rates", "1000", "--seconds", "1", "--lat-count", "200")
+    args: tuple[str, ...] = (
+        "--rounds",
+        "1",
+        "--rates",
+        "1000",
+        "--seconds",
+        "1",
+        "--lat-count",
+        "200",
+    )
     args += ("--r13", "1", "--r13-seconds", "2")  # the R13 line, from a short fairness run
     code, out = run_bench("relay_bench.py", *args, timeout=150)
     assert code == 0, out
