@@ -54,6 +54,7 @@ from ipxbridge.policy.flows import FlowKey, FlowLimits, FlowTable
 from ipxbridge.policy.relay import Copy, Egress, RelayPolicy, SourceMode
 from ipxbridge.policy.topology import ARPHRD_ETHER
 from ipxbridge.wire.dplay8 import is_dp8_port
+from ipxbridge.wire.pcap import ETHERTYPE_IPV4
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,6 @@ SOLO_READ_AHEAD: Final = 64
 _IPV4: Final = struct.Struct("!BBHHHBBH4s4s")
 _UDP: Final = struct.Struct("!HHHH")
 _IPV4_WORDS: Final = struct.Struct("!10H")
-ETH_P_IP: Final = 0x0800
 # Own copies and loop copies were inspected the first time; spoofed or invalid sources, a
 # reflecting SOCKADDR and enumerations over their rate are not a player's (R7, R9).
 UNINSPECTED: Final = frozenset(
@@ -174,7 +174,7 @@ def _open_link(name: str) -> tuple[socket.socket, bytes] | None:
     own IP output hooks and connection tracking, which a broadcast never matches anyway.
     Unicast copies (point-to-point peers) are not looped back and keep their sockets: they
     would need ARP here, and a rewritten one's answers may need the conntrack entry. Bound
-    with ``ETH_P_IP`` so the device knows what it carries, behind a filter that accepts
+    with ``ETHERTYPE_IPV4`` so the device knows what it carries, behind a filter that accepts
     nothing, so it never receives. None where that cannot be had (no CAP_NET_RAW, not
     Ethernet): the sockets send as before.
     """
@@ -185,7 +185,7 @@ def _open_link(name: str) -> tuple[socket.socket, bytes] | None:
     try:
         sock.setblocking(False)
         attach_filter(sock, DROP_ALL)
-        sock.bind((name, ETH_P_IP))
+        sock.bind((name, ETHERTYPE_IPV4))
         hatype, mac = sock.getsockname()[3:5]
     except OSError:
         sock.close()
@@ -193,7 +193,7 @@ def _open_link(name: str) -> tuple[socket.socket, bytes] | None:
     if hatype != ARPHRD_ETHER or len(mac) != 6:
         sock.close()
         return None
-    return sock, b"\xff" * 6 + mac + ETH_P_IP.to_bytes(2, "big")
+    return sock, b"\xff" * 6 + mac + ETHERTYPE_IPV4.to_bytes(2, "big")
 
 
 def _errno_name(exc: OSError) -> str:

@@ -152,7 +152,6 @@ class IpxEndpoint:
         self._drain_timer: asyncio.TimerHandle | None = None
         # id(target list) -> [the list, copies of each target, bytes of each] (settle_books)
         self._owed: dict[int, list[Any]] = {}
-        self._closed = False
 
     @property
     def address(self) -> Address:
@@ -170,7 +169,6 @@ class IpxEndpoint:
 
     def close(self) -> None:
         """Stop reading and close the socket."""
-        self._closed = True
         if self._drain_timer is not None:
             self._drain_timer.cancel()
             self._drain_timer = None
@@ -218,8 +216,9 @@ class IpxEndpoint:
                 if not refused:
                     # Each client's books (status page), owed per target list and settled
                     # when read: a broadcast's 15 increments cost about 2 µs a packet.
+                    # The entry holds the list, so its id names no other list meanwhile.
                     owed = self._owed.get(id(targets))
-                    if owed is None or owed[0] is not targets:
+                    if owed is None:
                         if len(self._owed) >= _MAX_OWED:
                             self.settle_books()
                         owed = self._owed[id(targets)] = [targets, 0, 0]
@@ -329,9 +328,7 @@ class IpxEndpoint:
 
     def _on_timer(self) -> None:
         """A timed drain: read what arrived since the last one, then carry on or wait."""
-        self._drain_timer = None
-        if self._closed:
-            return
+        self._drain_timer = None  # close() cancels a pending one
         loop = self._loop
         started = loop.time()
         count = self._drain()
@@ -345,7 +342,7 @@ class IpxEndpoint:
             when = started if count >= MAX_PER_WAKEUP else started + self.pacer.interval
             self._drain_timer = loop.call_at(when, self._on_timer)
         else:
-            self._loop.add_reader(self._sock.fileno(), self._on_readable)
+            loop.add_reader(self._sock.fileno(), self._on_readable)
 
     def _drain(self) -> int:
         """Switch every datagram waiting (up to ``MAX_PER_WAKEUP``); returns how many."""

@@ -11,7 +11,6 @@ import ctypes
 import errno
 import os
 import socket
-import struct
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -20,9 +19,8 @@ from ipxbridge.io import mmsg
 from ipxbridge.io.udp import IpxEndpoint, open_udp_socket
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.policy.switch import IpxSwitch, SwitchSettings
+from tests.unit.test_switch_batches import BROADCAST, raw
 
-HEADER = struct.Struct("!HHBB4s6sH4s6sH")
-BROADCAST = b"\xff" * 6
 SERVER_NODE = bytes.fromhex("7f0000017a69")
 BAD = ("127.0.0.1", 0)  # sendto refuses port 0 with EINVAL
 
@@ -205,11 +203,6 @@ def test_the_probe_picks_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # --- the IPX endpoint on either path -----------------------------------------------------------
-
-
-def raw(dst: bytes, src: bytes, payload: bytes = b"", sock: int = 0x4545) -> bytes:
-    head = HEADER.pack(0xFFFF, 30 + len(payload), 0, 0, bytes(4), dst, sock, bytes(4), src, sock)
-    return head + payload
 
 
 def endpoint_books(*, batched: bool, with_peer: bool) -> tuple[IpxCounters, list[bytes]]:

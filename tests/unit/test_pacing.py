@@ -3,7 +3,6 @@ that follows them on a real socket in a real event loop (io/udp.py)."""
 
 import asyncio
 import socket
-import struct
 
 from ipxbridge.io.udp import IpxEndpoint, open_udp_socket
 from ipxbridge.obs.counters import IpxCounters
@@ -19,10 +18,9 @@ from ipxbridge.policy.pacing import (
     ReadPacer,
 )
 from ipxbridge.policy.switch import IpxSwitch, SwitchSettings
+from tests.unit.test_switch_batches import BROADCAST, raw
 
 MS = 0.001
-HEADER = struct.Struct(">HHBB4s6sH4s6sH")
-BROADCAST = b"\xff" * 6
 
 
 def timed(pacer: ReadPacer) -> bool:
@@ -132,11 +130,6 @@ def test_an_interval_of_zero_never_coalesces_and_a_reload_to_zero_ends_it() -> N
 
 
 # --- the endpoint on a real socket -------------------------------------------------------------
-
-
-def raw(dst: bytes, src: bytes, payload: bytes = b"", sock: int = 0x4545) -> bytes:
-    head = HEADER.pack(0xFFFF, 30 + len(payload), 0, 0, bytes(4), dst, sock, bytes(4), src, sock)
-    return head + payload
 
 
 def run_load(coalesce: float, rate: float, count: int) -> tuple[IpxCounters, int, bool]:
