@@ -80,6 +80,10 @@ class Bridge:
         self.health.heartbeat = self._loop.time()
         self._timer = self._loop.call_later(TICK_SECONDS, self._tick)
         self.health.started = True
+        # One line that means "all of it": each service logs its own start, in order, and a
+        # supervisor or a test waiting for one of those lines may otherwise act before the
+        # services after it (the HTTP endpoints) are listening.
+        logger.info("started: every service is up (/-/ready answers 200)")
 
     async def stop(self) -> None:
         """Stop the tick, then every service in reverse order (each logs its books)."""

@@ -123,6 +123,9 @@ def bridge_get(ns: str, path: str, timeout: float = 5.0) -> str:
 _RUNS = itertools.count()
 
 
+STARTED = r"started: every service is up"  # app/bridge.py, after the last service
+
+
 class BridgeProcess:
     """``ipxbridge run`` inside a namespace, with its log captured."""
 
@@ -146,6 +149,8 @@ class BridgeProcess:
             env={**os.environ, **(env or {})},
         )
         self.wait_for(ready, 15)
+        # ``ready`` names one service's line; the services after it (HTTP) start later.
+        self.wait_for(STARTED, 15)
 
     def log(self) -> str:
         return self.log_path.read_text()
