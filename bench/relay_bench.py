@@ -19,6 +19,11 @@ Relays, started afresh in ``box`` (pinned to ``--relay-cpu``) for every round:
 * ``naive``: ``bench/naive_relay.py``, one ``recvfrom`` and one raw-socket ``sendto`` to lanB's
   subnet broadcast per datagram (the sender's address kept), nothing else: the floor a Python
   relay has to beat;
+* ``floor``: ``bench/policy_floor_relay.py``, a blocking loop around ipxbridge's own
+  per-datagram code (``RelayPolicy.decide``, ``build_ip_udp``, the packet-socket send) with
+  nothing else (no asyncio, fair queues, inspector or books), this checkout's code: what no
+  Python relay built from those parts can exceed; ``floor_io`` the same without the decision
+  (the I/O alone);
 * ``nft_dup``: an nftables rule in box that ``dup``s each datagram out of lanB, no process:
   the kernel's ceiling;
 * ``ipxbridge``: ``ipxbridge run --source-mode preserve --fast-path on`` (the kernel fast path,
@@ -80,13 +85,22 @@ PROBE: Final = struct.Struct("!4sIQ")  # b"RLBL", sequence, time.time_ns() at th
 MAX_ROUNDS, MAX_SECONDS, MAX_PACKETS = 10, 10.0, 500_000
 NAIVE: Final = Path(__file__).resolve().with_name("naive_relay.py")
 FAIRNESS: Final = Path(__file__).resolve().with_name("fairness.py")
+FLOOR: Final = Path(__file__).resolve().with_name("policy_floor_relay.py")
 
 RELAYS: Final = {
     "naive": "bench/naive_relay.py --from lanA --to lanB (raw socket, source kept)",
+    "floor": "bench/policy_floor_relay.py: decide + build + send, a blocking loop",
+    "floor_io": "bench/policy_floor_relay.py --no-decide: the floor's I/O alone",
     "nft_dup": f"nft: iifname lanA udp dport PORT dup to {B_BROADCAST} device lanB",
     "ipxbridge": "ipxbridge run --source-mode preserve --fast-path on",
     "ipx_python": "ipxbridge run --source-mode preserve --fast-path off",
     "ipx_rewrite": "ipxbridge run --fast-path off --source-mode rewrite",
+}
+# Relays that are a script of their own: (script, extra arguments, the line it says when ready)
+PLAIN: Final = {
+    "naive": (NAIVE, (), "naive relay:"),
+    "floor": (FLOOR, (), "floor relay:"),
+    "floor_io": (FLOOR, ("--no-decide",), "floor relay:"),
 }
 IPXBRIDGE_MODES: Final = {
     "ipxbridge": ("--source-mode", "preserve", "--fast-path", "on"),
@@ -179,12 +193,22 @@ def relay(name: str, names: dict[str, str], s: Settings) -> Iterator[None]:
         finally:
             nsexec(box, "nft", "delete", "table", "ip", "rlb_dup", check=False)
         return
-    if name == "naive":
-        argv = [sys.executable, str(NAIVE), "--port", str(s.port), "--from", "lanA", "--to", "lanB"]
-        log = Path(tempfile.gettempdir()) / f"{PREFIX}-naive.log"
-        proc = spawn(argv, log=log, ns=box, cpus=cpus)
+    if name in PLAIN:
+        script, extra, banner = PLAIN[name]
+        argv = [
+            sys.executable,
+            str(script),
+            "--port",
+            str(s.port),
+            "--from",
+            "lanA",
+            "--to",
+            "lanB",
+        ]
+        log = Path(tempfile.gettempdir()) / f"{PREFIX}-{name}.log"
+        proc = spawn([*argv, *extra], log=log, ns=box, cpus=cpus)
         try:
-            proc.wait_for("naive relay:", 10)
+            proc.wait_for(banner, 10)
         except BaseException:
             proc.stop()
             raise

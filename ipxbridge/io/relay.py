@@ -163,7 +163,7 @@ def _ip_header(  # noqa: PLR0917 - the header's fields in order
     return header[:10] + (~total & 0xFFFF).to_bytes(2, "big") + header[12:]
 
 
-def _open_link(name: str) -> tuple[socket.socket, bytes] | None:
+def open_link(name: str) -> tuple[socket.socket, bytes] | None:
     """A packet socket that puts broadcast frames on Ethernet device ``name``, and their header.
 
     Why: a copy sent through the IP stack to a broadcast address is looped back to every local
@@ -246,7 +246,7 @@ class BroadcastRelay:
         self.counters = counters or RelayCounters()
         self._recv: list[socket.socket] = []
         self._raw: dict[int, socket.socket] = {}  # egress index -> raw socket (preserve)
-        # egress index -> packet socket and frame header for broadcast copies (_open_link)
+        # egress index -> packet socket and frame header for broadcast copies (open_link)
         self._link: dict[int, tuple[socket.socket, bytes]] = {}
         self._flows: dict[FlowKey, _Flow] = {}  # (player, egress index)
         self._table = FlowTable(flow_limits)  # which flows keep their socket
@@ -333,7 +333,7 @@ class BroadcastRelay:
                 self._close_flow(key)
         for index, egress in current.items():
             if index not in self._link:
-                link = _open_link(egress.name)  # None without CAP_NET_RAW: the sockets send
+                link = open_link(egress.name)  # None without CAP_NET_RAW: the sockets send
                 if link is not None:
                     self._link[index] = link
         if self.policy.settings.source_mode is SourceMode.PRESERVE:
@@ -472,7 +472,7 @@ class BroadcastRelay:
                 source = flow.source  # the flow socket takes the answers
             link = self._link.get(egress.index)
             if link is not None and copy.dst == egress.broadcast:
-                # Straight to the device: not looped back to our own sockets (_open_link).
+                # Straight to the device: not looped back to our own sockets (open_link).
                 sock, head = link
                 for packet in self._packets(copy, source, port):
                     sock.send(head + packet)

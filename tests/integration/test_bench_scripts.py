@@ -76,7 +76,7 @@ def test_hostile_relay_sources_are_dropped_counted_and_players_still_get_through
 
 
 RELAY_ROW = re.compile(
-    r"^(naive|nft_dup|ipxbridge|ipx_python|ipx_rewrite) +([\d.]+) +([\d,]+) / ([\d.]+)$", re.M
+    r"^(naive|floor|floor_io|nft_dup|ipxbridge|ipx_python|ipx_rewrite) +([\d.]+) +([\d,]+) / ([\d.]+)$", re.M
 )
 
 
@@ -101,7 +101,15 @@ def test_relay_bench_runs_every_relay_and_the_fast_path_delivers_all() -> None:
     code, out = run_bench("relay_bench.py", *args, timeout=150)
     assert code == 0, out
     rows = {m[1]: (float(m[2]), float(m[4])) for m in RELAY_ROW.finditer(out)}
-    assert set(rows) == {"naive", "nft_dup", "ipxbridge", "ipx_python", "ipx_rewrite"}, out
+    assert set(rows) == {
+        "naive",
+        "floor",
+        "floor_io",
+        "nft_dup",
+        "ipxbridge",
+        "ipx_python",
+        "ipx_rewrite",
+    }, out
     assert rows["ipxbridge"][1] == 1.0, out  # delivery
     assert all(latency > 0 for latency, _ in rows.values()), out
     assert "Traceback" not in out, out
