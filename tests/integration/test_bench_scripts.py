@@ -76,7 +76,9 @@ def test_hostile_relay_sources_are_dropped_counted_and_players_still_get_through
 
 
 RELAY_ROW = re.compile(
-    r"^(naive|floor|floor_io|nft_dup|ipxbridge|ipx_python|ipx_rewrite) +([\d.]+) +([\d,]+) / ([\d.]+)$", re.M
+    r"^(naive|floor|floor_io|nft_dup|ipxbridge|ipx_python|ipx_rewrite)"
+    r" +([\d.]+) +([\d,]+) / ([\d.]+)$",
+    re.M,
 )
 
 

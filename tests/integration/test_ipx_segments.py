@@ -306,8 +306,8 @@ def metric(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
-def port_bridges(ns: str) -> float | None:
-    return metric(metrics(ns), "ipxbridge_ipx_port_bridges", kind="ethernet", interface="lan0")
+def port_bridges(ns: str, iface: str = "lan0") -> float | None:
+    return metric(metrics(ns), "ipxbridge_ipx_port_bridges", kind="ethernet", interface=iface)
 
 
 def wait_until(what: str, predicate: Callable[[], bool], timeout: float) -> float:
@@ -377,15 +377,15 @@ def verified(*clients: DosboxClient) -> None:
         c.client.sock.setblocking(False)
 
 
-def wait_for_beacons(b1: str, b2: str) -> float:
-    """Until each of b1 and b2 has heard the other's beacon on lan0 (policy/switch.py rule 8).
+def wait_for_beacons(b1: str, b2: str, iface: str = "lan0") -> float:
+    """Until each of b1 and b2 has heard the other's beacon on ``iface`` (policy/switch.py rule 8).
 
     A bridge sends its beacon on its segments and to its peers in the same tick, so once the
     segment beacon is in, the one to the peer is too (a short grace covers the gap).
     """
     took = wait_until(
-        "b1 and b2 see each other on lan0 (ipxbridge_ipx_port_bridges)",
-        lambda: port_bridges(b1) == 1.0 and port_bridges(b2) == 1.0,
+        f"b1 and b2 see each other on {iface} (ipxbridge_ipx_port_bridges)",
+        lambda: port_bridges(b1, iface) == 1.0 and port_bridges(b2, iface) == 1.0,
         15,
     )
     time.sleep(0.3)
