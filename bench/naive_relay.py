@@ -18,19 +18,26 @@ import socket
 import struct
 import subprocess
 import sys
+from typing import Any
 
 HEADERS = struct.Struct("!BBHHHBBH4s4sHHHH")  # IPv4 (20 bytes) and UDP (8 bytes)
 
 
-def broadcast_of(ifname: str) -> str:
-    """The subnet broadcast of ``ifname``'s first IPv4 address."""
+def ipv4_link(ifname: str) -> dict[str, Any]:
+    """``ip -j -4 addr show dev IFNAME``: the link, its first address under ``addr_info``."""
     out = subprocess.run(
         ["ip", "-j", "-4", "addr", "show", "dev", ifname],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    broadcast: str = json.loads(out)[0]["addr_info"][0]["broadcast"]
+    link: dict[str, Any] = json.loads(out)[0]
+    return link
+
+
+def broadcast_of(ifname: str) -> str:
+    """The subnet broadcast of ``ifname``'s first IPv4 address."""
+    broadcast: str = ipv4_link(ifname)["addr_info"][0]["broadcast"]
     return broadcast
 
 

@@ -15,14 +15,14 @@ can relay more, or sooner, than this.
 """
 
 import argparse
-import json
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's ipxbridge
+
+from naive_relay import ipv4_link  # beside this script
 
 from ipxbridge.io.relay import (  # after the path above
     ANC_SIZE,
@@ -39,13 +39,7 @@ from ipxbridge.policy.relay import Egress, RelayPolicy, RelaySettings, SourceMod
 
 def egress_of(ifname: str) -> Egress:
     """``ifname`` as the relay's plan describes it (first IPv4 address, a LAN)."""
-    out = subprocess.run(
-        ["ip", "-j", "-4", "addr", "show", "dev", ifname],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    link = json.loads(out)[0]
+    link = ipv4_link(ifname)
     addr = link["addr_info"][0]
     local, prefix = addr["local"], addr["prefixlen"]
     return Egress(
