@@ -21,6 +21,7 @@ from ipxbridge.io.nftables import FastPathCounts, KernelFanout, Removal, remove_
 from ipxbridge.io.relay import BroadcastRelay, ip_forward_enabled, raw_sockets_allowed
 from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS
 from ipxbridge.obs.counters import RelayCounters
+from ipxbridge.obs.logging import RateLimiter
 from ipxbridge.obs.metrics import RelaySnapshot
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.flows import FlowLimits
@@ -40,6 +41,10 @@ from ipxbridge.policy.topology import Topology, select
 logger = logging.getLogger(__name__)
 
 KERNEL_READ_SECONDS: Final = 5.0  # how often the fast path's counters are read
+# The relay ports' kernel drops are watched every tick and said in the log at most once per
+# this many seconds, with the count since the last line: a number an operator can act on,
+# never a line per tick under a flood.
+OVERLOAD_LOG_SECONDS: Final = 600.0
 
 _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
@@ -98,6 +103,9 @@ class RelayService:
         # never on the loop nor queued behind a stuck WireGuard read.
         self._nft_executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._port_drops = 0  # the relay ports' kernel drops at the last tick
+        self._unlogged_drops = 0  # of those, not yet in a log line
+        self._overload_log = RateLimiter(rate=1 / OVERLOAD_LOG_SECONDS, burst=1)
 
     @property
     def enabled(self) -> bool:
@@ -194,6 +202,7 @@ class RelayService:
         if self.relay is None:
             return
         self.relay.tick(now)
+        self._watch_overload(now)
         self._unmatched.tick(now)
         if (
             self.fanout is not None
@@ -207,6 +216,40 @@ class RelayService:
             self._next_peer_check = now + PEER_REFRESH_SECONDS
             if self._planning and any(e.role == "p2p" for e in self.plan or ()):
                 self._wg.refresh()
+
+    def _watch_overload(self, now: float) -> None:
+        """Say in the log when the relay ports overflow (the kernel drops what is not read).
+
+        Before, the only sign was ``ipxbridge_kernel_dropped_packets_total{path="relay"}``.
+        """
+        if self.relay is None or self.mode is None:
+            return
+        drops = self.relay.port_drops()
+        new, self._port_drops = drops - self._port_drops, drops
+        if new <= 0:
+            return
+        self._unlogged_drops += new
+        if not self._overload_log.allow(now):
+            return
+        if self.mode.fast_path:
+            why = (
+                "the bridge reads what the kernel fast path hands it (DirectPlay, relayed and "
+                "inspected here) slower than it comes; the kernel's own copies are not affected"
+            )
+        else:
+            why = (
+                "the Python relay cannot keep up with this rate; with NET_ADMIN and NET_RAW "
+                "the kernel fast path makes the copies instead (docs/benchmarks.md)"
+            )
+        logger.warning(
+            "the kernel dropped %d datagrams at the relay ports (receive buffers full): "
+            "%s. Said at most every %.0f minutes; the count is in "
+            'ipxbridge_kernel_dropped_packets_total{path="relay"}',
+            self._unlogged_drops,
+            why,
+            OVERLOAD_LOG_SECONDS / 60,
+        )
+        self._unlogged_drops = 0
 
     # --- the plan --------------------------------------------------------------------------
 

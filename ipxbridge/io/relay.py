@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ipxbridge.io.bpf import DROP_ALL, attach_filter
-from ipxbridge.io.sockstats import drops_before_close, socket_drops
+from ipxbridge.io.sockstats import socket_drop_count, socket_drops
 from ipxbridge.obs.counters import RelayCounters
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.fairness import FairQueue
@@ -296,6 +296,14 @@ class BroadcastRelay:
         socks += [r.sock for r in self._returns.values()]
         drops = socket_drops(socks)
         return None if drops is None else drops + self._closed_drops
+
+    def port_drops(self) -> int:
+        """Datagrams the kernel dropped at the relay ports' own sockets: the relay fell behind.
+
+        SO_MEMINFO, one getsockopt per port, cheap enough for every tick. Flow and return
+        sockets are left out: what they drop is a host's answers, not the relay's backlog.
+        """
+        return sum(socket_drop_count(s) for s in self._recv)
 
     def close(self) -> None:
         """Close every socket."""
@@ -669,14 +677,14 @@ class BroadcastRelay:
         for rkey in list(flow.returns):
             self._close_return(rkey)
         self._loop.remove_reader(flow.sock.fileno())
-        self._closed_drops += drops_before_close(flow.sock)
+        self._closed_drops += socket_drop_count(flow.sock)
         flow.sock.close()
 
     def _close_return(self, key: tuple[Address, int, Address]) -> None:
         ret = self._returns.pop(key)
         ret.flow.returns.discard(key)
         self._loop.remove_reader(ret.sock.fileno())
-        self._closed_drops += drops_before_close(ret.sock)
+        self._closed_drops += socket_drop_count(ret.sock)
         ret.sock.close()
 
 

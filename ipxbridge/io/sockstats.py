@@ -53,12 +53,13 @@ def socket_drops(socks: Iterable[socket.socket]) -> int | None:
     return sum(table.get(inode, 0) for inode in inodes)
 
 
-def drops_before_close(sock: socket.socket) -> int:
-    """The kernel's drop count of one socket about to be closed (0 if it cannot be read).
+def socket_drop_count(sock: socket.socket) -> int:
+    """The kernel's drop count of one socket (0 if it cannot be read). One getsockopt.
 
-    A socket that closes takes its count with it; callers that report a sum over sockets
-    which come and go (the relay's flow and return sockets) fold this in first, so their
-    total never goes back. One getsockopt, cheap enough for every close.
+    Cheap enough for every close and every tick: a socket that closes takes its count with
+    it, so callers that report a sum over sockets which come and go (the relay's flow and
+    return sockets) fold this in first, and their total never goes back; the relay watches
+    its ports' counts each tick to say when it falls behind.
     """
     try:
         raw = sock.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, _MEMINFO.size)

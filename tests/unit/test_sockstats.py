@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from ipxbridge.io import sockstats
-from ipxbridge.io.sockstats import drops_before_close, parse_drops, socket_drops
+from ipxbridge.io.sockstats import parse_drops, socket_drop_count, socket_drops
 
 # /proc/net/udp with runs of spaces squeezed (the parser splits on whitespace anyway).
 SAMPLE = """\
@@ -48,8 +48,8 @@ def test_a_real_overflowing_socket_reports_exactly_what_it_lost() -> None:
         assert received + drops == sent
         assert socket_drops([tx]) == 0  # per socket, not per host
         # the same counter read without /proc, as a socket about to close is read
-        assert drops_before_close(rx) == drops
-        assert drops_before_close(tx) == 0
+        assert socket_drop_count(rx) == drops
+        assert socket_drop_count(tx) == 0
     finally:
         rx.close()
         tx.close()
