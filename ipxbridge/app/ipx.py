@@ -31,6 +31,7 @@ from ipxbridge.io.udp import IpxEndpoint, make_server_node_lookup, open_udp_sock
 from ipxbridge.io.uplink import UplinkLink
 from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS
 from ipxbridge.obs.counters import IpxCounters, LatencyHistogram
+from ipxbridge.obs.logging import DROP_LOG_SECONDS, DropWatch
 from ipxbridge.obs.metrics import IpxSnapshot
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.ipx_ports import (
@@ -212,6 +213,7 @@ class IpxService:
         self._next_peer_check = 0.0
         self._logged_plan: tuple[str, ...] | None = None
         self._unmatched = UnmatchedNames("IPX interface ports (--ipx-iface, ipx.interfaces)")
+        self._drops = DropWatch()  # the tunnel socket's kernel drops, said in the log
         self._open_errors: dict[Segment, str] = {}
         self._reload_task: asyncio.Task[None] | None = None
         self.uplinks: list[UplinkLink] = []  # client uplinks (docs/protocols.md 3.9)
@@ -409,6 +411,15 @@ class IpxService:
             link.tick(now)
         if self.endpoint is not None:
             self.endpoint.tick(now)
+            if said := self._drops.update(self.endpoint.drop_count(), now):
+                logger.warning(
+                    "the kernel dropped %d datagrams at the IPX tunnel socket (receive buffer "
+                    "full): packets came faster than the bridge reads them (a flood, or a box "
+                    "short of CPU). Said at most every %.0f minutes; the count is in "
+                    'ipxbridge_kernel_dropped_packets_total{path="ipx"}',
+                    said,
+                    DROP_LOG_SECONDS / 60,
+                )
             for port in self.endpoint.segments.values():
                 if isinstance(port, EthernetPort):
                     port.tick(now)  # framings of silent stations expire

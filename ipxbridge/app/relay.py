@@ -21,7 +21,7 @@ from ipxbridge.io.nftables import FastPathCounts, KernelFanout, Removal, remove_
 from ipxbridge.io.relay import BroadcastRelay, ip_forward_enabled, raw_sockets_allowed
 from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS
 from ipxbridge.obs.counters import RelayCounters
-from ipxbridge.obs.logging import RateLimiter
+from ipxbridge.obs.logging import DROP_LOG_SECONDS, DropWatch
 from ipxbridge.obs.metrics import RelaySnapshot
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.flows import FlowLimits
@@ -41,10 +41,6 @@ from ipxbridge.policy.topology import Topology, select
 logger = logging.getLogger(__name__)
 
 KERNEL_READ_SECONDS: Final = 5.0  # how often the fast path's counters are read
-# The relay ports' kernel drops are watched every tick and said in the log at most once per
-# this many seconds, with the count since the last line: a number an operator can act on,
-# never a line per tick under a flood.
-OVERLOAD_LOG_SECONDS: Final = 600.0
 
 _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
@@ -103,9 +99,7 @@ class RelayService:
         # never on the loop nor queued behind a stuck WireGuard read.
         self._nft_executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._port_drops = 0  # the relay ports' kernel drops at the last tick
-        self._unlogged_drops = 0  # of those, not yet in a log line
-        self._overload_log = RateLimiter(rate=1 / OVERLOAD_LOG_SECONDS, burst=1)
+        self._port_drops = DropWatch()  # the relay ports' kernel drops, said in the log
 
     @property
     def enabled(self) -> bool:
@@ -224,12 +218,8 @@ class RelayService:
         """
         if self.relay is None or self.mode is None:
             return
-        drops = self.relay.port_drops()
-        new, self._port_drops = drops - self._port_drops, drops
-        if new <= 0:
-            return
-        self._unlogged_drops += new
-        if not self._overload_log.allow(now):
+        said = self._port_drops.update(self.relay.port_drops(), now)
+        if not said:
             return
         if self.mode.fast_path:
             why = (
@@ -245,11 +235,10 @@ class RelayService:
             "the kernel dropped %d datagrams at the relay ports (receive buffers full): "
             "%s. Said at most every %.0f minutes; the count is in "
             'ipxbridge_kernel_dropped_packets_total{path="relay"}',
-            self._unlogged_drops,
+            said,
             why,
-            OVERLOAD_LOG_SECONDS / 60,
+            DROP_LOG_SECONDS / 60,
         )
-        self._unlogged_drops = 0
 
     # --- the plan --------------------------------------------------------------------------
 

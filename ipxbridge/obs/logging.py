@@ -65,3 +65,34 @@ class RateLimiter:
             return True
         self.suppressed += 1
         return False
+
+
+# Kernel drops at a socket are watched each tick and said at most once per this many seconds,
+# with the count since the last line: a number an operator can act on, never a line per tick
+# under a flood.
+DROP_LOG_SECONDS: Final = 600.0
+
+
+class DropWatch:
+    """A socket's kernel drop count (receive buffer full), read each tick: what to log.
+
+    The count only grows while the socket lives. Drops not said because of the rate limit
+    are carried into the next line, so the lines add up to the count.
+    """
+
+    __slots__ = ("_last", "_limit", "_unsaid")
+
+    def __init__(self, seconds: float = DROP_LOG_SECONDS) -> None:
+        self._last = 0
+        self._unsaid = 0
+        self._limit = RateLimiter(rate=1 / seconds, burst=1)
+
+    def update(self, total: int, now: float) -> int:
+        """Take the count at ``now``; the drops to say in a line now (0: say nothing)."""
+        new, self._last = total - self._last, total
+        self._unsaid += max(0, new)
+        # Held drops are said once the interval is over, even if none came since.
+        if not self._unsaid or not self._limit.allow(now):
+            return 0
+        said, self._unsaid = self._unsaid, 0
+        return said
