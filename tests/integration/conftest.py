@@ -6,11 +6,13 @@ condition fails the test instead, so CI can never go green by skipping the real 
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.integration import container
 from tests.integration.harness import Netns
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -48,3 +50,26 @@ def net(request: pytest.FixtureRequest) -> Iterator[Netns]:
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
+
+
+# The container tests' stand-in base, started as the session begins (container.EarlyBase).
+EARLY_BASE = pytest.StashKey[container.EarlyBase]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the container tests' slowest step now, if they are to run here at all."""
+    if session.config.option.collectonly:
+        return
+    if not any(item.path.name == "test_container.py" for item in session.items):
+        return
+    if _missing(container.TOOLS) is not None:
+        return  # their own require() skips or fails them
+    home = Path(tempfile.mkdtemp(prefix="ixb-podman-"))
+    session.config.stash[EARLY_BASE] = container.start_base(home)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An early start no test took (deselected, or the run stopped first) is undone."""
+    early = session.config.stash.get(EARLY_BASE, None)
+    if early is not None and not early.taken:
+        early.abandon()

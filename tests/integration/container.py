@@ -20,6 +20,8 @@ import json
 import os
 import re
 import shlex
+import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -286,11 +288,25 @@ class Podman:
             time.sleep(0.2)
 
 
+# What the container tests need; the early start below checks it too.
+TOOLS = ("ip", "nsenter", "podman", "buildah", "runc", "debootstrap", "docker-compose", "dosbox")
+
+
+def _background() -> list[str]:
+    """A prefix that runs a command at the lowest CPU and I/O priority: the early start's
+    work then takes only what the tests running meanwhile leave idle."""
+    prefix = ["nice", "-n", "19"]
+    if shutil.which("ionice"):
+        prefix += ["ionice", "-c", "3"]
+    return prefix
+
+
 def start_debootstrap(rootfs: Path, log: Path) -> subprocess.Popen[bytes]:
     """Start ``debootstrap --variant=minbase bookworm`` with python3 (about a minute)."""
     with log.open("wb") as out:
         return subprocess.Popen(
             [
+                *_background(),
                 "debootstrap",
                 "--variant=minbase",
                 "--include=python3,python3-venv,python-is-python3",
@@ -300,6 +316,7 @@ def start_debootstrap(rootfs: Path, log: Path) -> subprocess.Popen[bytes]:
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: abandon() stops its dpkg and wget too
         )
 
 
@@ -309,13 +326,79 @@ def build_wheelhouse(wheels: Path) -> None:
     Built with this interpreter (CPython 3.11 on Debian bookworm, the stand-in base's ABI).
     """
     res = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels), *build_requirements()],
+        [
+            *_background(),
+            *(sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels)),
+            *build_requirements(),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     checked(res, "pip wheel")
+
+
+@dataclass
+class EarlyBase:
+    """The stand-in base's slow first half, debootstrap and the wheelhouse (about a minute),
+    started when the session begins, so that it runs while the tests before the container's
+    do (mostly waiting on their networks), at the lowest priority. ``built`` finishes it."""
+
+    home: Path
+    debootstrap: subprocess.Popen[bytes]
+    wheels: threading.Thread
+    errors: list[BaseException]
+    taken: bool = False
+
+    @property
+    def rootfs(self) -> Path:
+        return self.home / "rootfs"
+
+    @property
+    def wheelhouse(self) -> Path:
+        return self.home / "wheels"
+
+    def wait(self) -> None:
+        """Until both are done; raises what the wheelhouse build raised."""
+        rc = self.debootstrap.wait(600)
+        log = (self.home / "debootstrap.log").read_text(errors="replace")
+        assert rc == 0, f"debootstrap exited {rc}:\n{log[-3000:]}"
+        self.wheels.join(300)
+        if self.errors:
+            raise self.errors[0]
+
+    def abandon(self) -> None:
+        """Stop what has not finished and remove the temp dir (after the tests, or when
+        they did not run)."""
+        if self.debootstrap.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.debootstrap.pid, signal.SIGKILL)
+            self.debootstrap.wait(30)
+        self.wheels.join(300)
+        # A debootstrap stopped midway leaves its mounts (the rootfs's /proc and /sys), and
+        # podman its storage: everything mounted under home goes, deepest first.
+        prefix = f"{self.home}/"
+        mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+        for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def start_base(home: Path) -> EarlyBase:
+    """Start debootstrap and, beside it, the wheelhouse build, both into ``home``."""
+    debootstrap = start_debootstrap(home / "rootfs", home / "debootstrap.log")
+    errors: list[BaseException] = []
+
+    def wheelhouse() -> None:
+        try:
+            build_wheelhouse(home / "wheels")
+        except BaseException as exc:  # reported by EarlyBase.wait
+            errors.append(exc)
+
+    thread = threading.Thread(target=wheelhouse, name="wheelhouse", daemon=True)
+    thread.start()
+    return EarlyBase(home, debootstrap, thread, errors)
 
 
 def finish_base(podman: Podman, rootfs: Path, tarball: Path) -> None:

@@ -31,27 +31,26 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import require
+from tests.integration.conftest import EARLY_BASE, require
 from tests.integration.container import (
     BASE_TAG,
     IMAGE_TAG,
     ROOT,
+    TOOLS,
     Podman,
     build_image,
-    build_wheelhouse,
     cap_names,
     checked,
     finish_base,
     proc_status,
     readme_docker_run,
     scan_tree,
-    start_debootstrap,
+    start_base,
 )
 from tests.integration.harness import DosBox, Netns, bridge_get
 
 pytestmark = pytest.mark.netns
 
-TOOLS = ("ip", "nsenter", "podman", "buildah", "runc", "debootstrap", "docker-compose", "dosbox")
 RUN_UID = 10001
 BRIDGE_CAPS = {"NET_BIND_SERVICE", "NET_RAW"}  # README: what the bridge itself keeps
 STOP_TIMEOUT = 10  # README/compose: stop_grace_period 10s
@@ -77,36 +76,36 @@ class Built:
 
 
 @pytest.fixture(scope="session")
-def built() -> Iterator[Built]:
-    """Stand-in base and image, built once per session in a temp dir removed afterwards."""
+def built(request: pytest.FixtureRequest) -> Iterator[Built]:
+    """Stand-in base and image, built once per session in a temp dir removed afterwards.
+
+    The base's first half was started when the session began (``EARLY_BASE``, the
+    integration conftest), unless only some tests were selected here without it.
+    """
     require(*TOOLS)
-    home = Path(tempfile.mkdtemp(prefix="ixb-podman-"))
+    early = request.config.stash.get(EARLY_BASE, None)
+    if early is None:
+        early = start_base(Path(tempfile.mkdtemp(prefix="ixb-podman-")))
+    early.taken = True
+    home = early.home
     podman = Podman(home)
     seconds: dict[str, float] = {}
     try:
         began = time.monotonic()
-        rootfs = home / "rootfs"
-        debootstrap = start_debootstrap(rootfs, home / "debootstrap.log")
-        wheels = home / "wheels"
-        try:
-            build_wheelhouse(wheels)  # meanwhile
-        finally:
-            rc = debootstrap.wait(600)
-        log = (home / "debootstrap.log").read_text(errors="replace")
-        assert rc == 0, f"debootstrap exited {rc}:\n{log[-3000:]}"
-        finish_base(podman, rootfs, home / "base.tar")
-        shutil.rmtree(rootfs)
+        early.wait()
+        finish_base(podman, early.rootfs, home / "base.tar")
+        shutil.rmtree(early.rootfs)
         seconds["base"] = time.monotonic() - began
         began = time.monotonic()
-        build = build_image(podman, wheels, IMAGE_TAG)
+        build = build_image(podman, early.wheelhouse, IMAGE_TAG)
         seconds["build"] = time.monotonic() - began
-        print(f"\nstand-in base {seconds['base']:.0f} s, image build {seconds['build']:.0f} s")
-        yield Built(podman, wheels, build, seconds)
+        print(f"\nstand-in base {seconds['base']:.0f} s more, image build {seconds['build']:.0f} s")
+        yield Built(podman, early.wheelhouse, build, seconds)
     finally:
         podman.run("rm", "--force", "--all", "--time", "0", check=False)
         podman.run("system", "reset", "--force", check=False, timeout=300)
         subprocess.run(["umount", "-R", str(home / "storage")], capture_output=True, check=False)
-        shutil.rmtree(home, ignore_errors=True)
+        early.abandon()  # stops what has not finished; removes the temp dir
 
 
 @pytest.fixture(scope="session")
