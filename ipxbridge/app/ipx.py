@@ -336,7 +336,7 @@ class IpxService:
             self._ipxwrapper.close()
         if self.endpoint is None:
             return
-        kernel_drops = self.endpoint.kernel_drops()  # None: /proc unreadable
+        kernel_drops = self.endpoint.kernel_drops()
         self.endpoint.close()
         logger.info("stopped; IPX: %s kernel_dropped=%s", self.counters.summary(), kernel_drops)
 
@@ -411,7 +411,7 @@ class IpxService:
             link.tick(now)
         if self.endpoint is not None:
             self.endpoint.tick(now)
-            if said := self._drops.update(self.endpoint.drop_count(), now):
+            if said := self._drops.update(self.endpoint.kernel_drops(), now):
                 logger.warning(
                     "the kernel dropped %d datagrams at the IPX tunnel socket (receive buffer "
                     "full): packets came faster than the bridge reads them (a flood, or a box "

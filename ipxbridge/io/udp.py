@@ -28,7 +28,7 @@ from typing import Any, Final
 from ipxbridge.errors import StartupError
 from ipxbridge.io.mmsg import RECV_BATCH, errno_name, receiver_for, sender_for
 from ipxbridge.io.segments import Rfc1234Port, SegmentPort, accepted
-from ipxbridge.io.sockstats import socket_drop_count, socket_drops
+from ipxbridge.io.sockstats import socket_drop_count
 from ipxbridge.obs.counters import TUNNEL, IpxCounters, LatencyHistogram
 from ipxbridge.obs.logging import RateLimiter
 from ipxbridge.policy.dplay_inspect import Inspector
@@ -159,12 +159,11 @@ class IpxEndpoint:
         host, port = self._sock.getsockname()
         return (host, port)
 
-    def kernel_drops(self) -> int | None:
-        """Datagrams the kernel dropped at this socket (receive buffer full)."""
-        return socket_drops((self._sock,))
+    def kernel_drops(self) -> int:
+        """Datagrams the kernel dropped at this socket (receive buffer full).
 
-    def drop_count(self) -> int:
-        """The same count by one getsockopt (SO_MEMINFO), not a /proc scan: for every tick."""
+        One getsockopt (SO_MEMINFO), cheap enough for every tick, where the log watches it.
+        """
         return socket_drop_count(self._sock)
 
     def start(self) -> None:
