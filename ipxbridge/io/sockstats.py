@@ -3,8 +3,9 @@
 A datagram that arrives while a socket's receive buffer is full is discarded by the kernel
 and never reaches the bridge, so the bridge's own counters cannot see it. The kernel keeps a
 count per socket: the ``drops`` column of /proc/net/udp (proc(5); the number SO_RXQ_OVFL
-reports). It is read at scrape time only, never on the packet path, so "received" plus these
-accounts for every datagram that reached the host (docs/reliability.md R3, R13).
+reports). It is read at scrape time and once a tick (the log's overload watch), never on the
+packet path, so "received" plus these accounts for every datagram that reached the host
+(docs/reliability.md R3, R13).
 """
 
 import os
@@ -58,8 +59,8 @@ def socket_drop_count(sock: socket.socket) -> int:
 
     Cheap enough for every close and every tick: a socket that closes takes its count with
     it, so callers that report a sum over sockets which come and go (the relay's flow and
-    return sockets) fold this in first, and their total never goes back; the relay watches
-    its ports' counts each tick to say when it falls behind.
+    return sockets) fold this in first, and their total never goes back. The tunnel socket
+    and the relay ports are read each tick, to say in the log when the bridge falls behind.
     """
     try:
         raw = sock.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, _MEMINFO.size)

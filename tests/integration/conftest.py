@@ -6,7 +6,6 @@ condition fails the test instead, so CI can never go green by skipping the real 
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,8 +63,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     if _missing(container.TOOLS) is not None:
         return  # their own require() skips or fails them
-    home = Path(tempfile.mkdtemp(prefix="ixb-podman-"))
-    session.config.stash[EARLY_BASE] = container.start_base(home)
+    session.config.stash[EARLY_BASE] = container.start_base()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -25,6 +25,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import tomllib
@@ -385,8 +386,9 @@ class EarlyBase:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-def start_base(home: Path) -> EarlyBase:
-    """Start debootstrap and, beside it, the wheelhouse build, both into ``home``."""
+def start_base() -> EarlyBase:
+    """Start debootstrap and, beside it, the wheelhouse build, both into a new temp dir."""
+    home = Path(tempfile.mkdtemp(prefix="ixb-podman-"))
     debootstrap = start_debootstrap(home / "rootfs", home / "debootstrap.log")
     errors: list[BaseException] = []
 

@@ -23,7 +23,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -85,7 +84,7 @@ def built(request: pytest.FixtureRequest) -> Iterator[Built]:
     require(*TOOLS)
     early = request.config.stash.get(EARLY_BASE, None)
     if early is None:
-        early = start_base(Path(tempfile.mkdtemp(prefix="ixb-podman-")))
+        early = start_base()
     early.taken = True
     home = early.home
     podman = Podman(home)
