@@ -66,24 +66,20 @@ ipx:
   # across restarts (systemd: StateDirectory; Docker: a volume). If it cannot be created,
   # a key in memory is used and clients must reconnect after each restart.
   node_key_file: /var/lib/ipxbridge/node.key
-  # What an unverified client (one that has not proved it receives at its address:
-  # registration is one spoofable datagram) may be sent: the base budget below plus
-  # unverified_credit_ratio times what it sent itself, its registration reply included.
-  # These defaults never send an address more than it sent: spoofed registrations and
-  # rejoins cannot make the bridge amplify toward a victim. What a LAN party gives up: a
-  # client that registers and then stays silent (a DirectPlay host behind IPXWrapper,
-  # waiting to be enumerated) receives nothing and is not pinged, so its game is listed
-  # only once it sends a packet, which verifies it; a DOSBox player idle at the prompt
-  # answers others' "ipxnet ping" only once it has sent something. To find silent hosts
-  # again, on a bridge only your players can reach (clients_allow), give unverified
-  # clients a base budget: packets_per_second 4, packet_burst 8, bytes_per_second 2048,
-  # byte_burst 4096 and credit_ratio 16 (a few DirectPlay enumerations a second, one
-  # full-size packet).
-  unverified_packets_per_second: 0
-  unverified_packet_burst: 0
-  unverified_bytes_per_second: 0
-  unverified_byte_burst: 0
-  unverified_credit_ratio: 1
+  # A client is unverified until it proves it receives at its address (registration is one
+  # spoofable datagram). It is served like any other, even if it never sends (players who
+  # only listen, hosts silent until enumerated), but everything sent toward unproven
+  # addresses is held to these bytes per second: per destination IPv4 address, and for the
+  # whole bridge. That is all a stranger spoofing registrations can make the bridge send
+  # toward one victim, and toward all of them. 16 KiB/s carries what games send before a
+  # match (a DirectPlay enumeration is 82 bytes; a busy DOS lobby about 10 KiB/s) to a few
+  # listeners behind one address; a real DOSBox client answers the bridge's probe a second
+  # after it registers and is limited no longer. 0 = send unproven addresses nothing (not
+  # even the registration reply: nobody could join).
+  unverified_address_bytes_per_second: 16384
+  unverified_address_byte_burst: 32768
+  unverified_total_bytes_per_second: 262144
+  unverified_total_byte_burst: 524288
   # Registered but unverified clients are kept apart from max_clients, so spoofed
   # registrations cannot lock real players out. When one IPv4 address (a NAT) is at
   # max_unverified_per_ip, its oldest unverified client makes room for the newcomer.
@@ -114,7 +110,9 @@ ipx:
   # PCem, QEMU; needs CAP_NET_RAW, puts the interface in promiscuous mode while running);
   # ipxwrapper = IPXWrapper's own UDP (54792); rfc1234 = RFC 1234 hosts on the subnet.
   # role, peers: as for relay interfaces. framing (ethernet): auto = learned per station,
-  # 802.2 until one is heard; or ethernet_ii | 802.3 | 802.2 | snap.
+  # 802.2 until one is heard; or ethernet_ii | 802.3 | 802.2 | snap. network (ipxwrapper):
+  # the hosts' IPX network, in quotes ("00000001", IPXWrapper's default), for unicasts to
+  # a host not heard yet.
   #   interfaces:
   #     - name: eth1
   #       kinds: [ethernet, ipxwrapper]
@@ -340,6 +338,20 @@ class UplinkEntry(_Model):
         return self
 
 
+def _ipx_network(value: object) -> str:
+    if not isinstance(value, str):
+        # YAML reads 00000010 as a number (octal, even): the digits would be lost.
+        raise ValueError(  # noqa: TRY004 - pydantic reports ValueError, not TypeError
+            f'{value!r}: write the network in quotes, like "00000001"'
+        )
+    text = value.strip().lower().removeprefix("0x")
+    if len(text) != 8 or any(c not in "0123456789abcdef" for c in text):
+        raise ValueError(f"{value!r} is not an IPX network number like 00000001 (8 hex digits)")
+    if text in ("00000000", "ffffffff"):
+        raise ValueError(f"{value!r} cannot be a host's own network (0 and FFFFFFFF are not)")
+    return text
+
+
 PortKindName = Literal["ethernet", "ipxwrapper", "rfc1234"]
 FramingName = Literal["auto", "ethernet_ii", "802.3", "802.2", "snap"]
 Ipv4Text = Annotated[str, AfterValidator(lambda v: str(ipaddress.IPv4Address(v)))]
@@ -357,6 +369,10 @@ class IpxInterface(_Model):
     peers: tuple[Ipv4Text, ...] = ()
     # Ethernet frame type: auto = learned per station (802.2 until one is heard), or fixed.
     framing: FramingName = "auto"
+    # ipxwrapper: the IPX network number of the hosts there (8 hex digits; IPXWrapper's
+    # default is 00000001). A unicast carries the receiver's network, as heard from it, else
+    # this: IPXWrapper refuses a unicast to any other, FFFFFFFF included.
+    network: Annotated[str, BeforeValidator(_ipx_network)] = "00000001"
 
     @field_validator("kinds")
     @classmethod
@@ -366,6 +382,21 @@ class IpxInterface(_Model):
         if len(set(value)) != len(value):
             raise ValueError("each kind at most once")
         return value
+
+
+# The settings of the per-client budget that the reflection limit replaced (an unverified
+# client was once sent no more than it sent itself, which left listeners deaf).
+_REMOVED_UNVERIFIED_KEYS: Final = frozenset(
+    (
+        "unverified_packets_per_second",
+        "unverified_packet_burst",
+        "unverified_bytes_per_second",
+        "unverified_byte_burst",
+        "unverified_credit_ratio",
+    )
+)
+# A burst must hold one full IPX packet on a LAN (576 bytes, docs/protocols.md 3.1).
+MIN_UNVERIFIED_BURST: Final = 576
 
 
 class IpxSection(_Model):
@@ -380,12 +411,17 @@ class IpxSection(_Model):
     # keyed: unpredictable nodes that prove receipt (wire.ipx.keyed_node); address: IPv4+port.
     node_assignment: Literal["keyed", "address"] = "keyed"
     node_key_file: Annotated[str, AfterValidator(_check_path)] = "/var/lib/ipxbridge/node.key"
-    # 0 everywhere and a credit ratio of 1: nothing beyond what the address itself sent.
-    unverified_packets_per_second: Annotated[float, Field(ge=0, le=100_000, strict=True)] = 0.0
-    unverified_packet_burst: Annotated[int, Field(ge=0, le=100_000, strict=True)] = 0
-    unverified_bytes_per_second: Annotated[float, Field(ge=0, le=100_000_000, strict=True)] = 0.0
-    unverified_byte_burst: Annotated[int, Field(ge=0, le=100_000_000, strict=True)] = 0
-    unverified_credit_ratio: Annotated[float, Field(ge=0, le=1_000, strict=True)] = 1.0
+    # Bytes per second toward addresses that have not proven receipt (policy/budget.py).
+    unverified_address_bytes_per_second: Annotated[
+        float, Field(ge=0, le=100_000_000, strict=True)
+    ] = 16_384.0
+    unverified_address_byte_burst: Annotated[int, Field(ge=0, le=100_000_000, strict=True)] = 32_768
+    unverified_total_bytes_per_second: Annotated[
+        float, Field(ge=0, le=1_000_000_000, strict=True)
+    ] = 262_144.0
+    unverified_total_byte_burst: Annotated[int, Field(ge=0, le=1_000_000_000, strict=True)] = (
+        524_288
+    )
     max_unverified: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 256
     max_unverified_per_ip: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 16
     rejoin: bool = True
@@ -407,6 +443,30 @@ class IpxSection(_Model):
     # uplinks this bridge opens as a client.
     uplink_password_file: PasswordFile = ""
     uplinks: tuple[UplinkEntry, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: object) -> object:
+        if isinstance(data, dict):
+            for key in sorted(_REMOVED_UNVERIFIED_KEYS.intersection(data)):
+                raise ValueError(
+                    f"{key} was removed: what is sent to unverified clients is now bounded in "
+                    "bytes per second (unverified_address_bytes_per_second, "
+                    "unverified_total_bytes_per_second; docs/ipx.md, Verification)"
+                )
+        return data
+
+    @model_validator(mode="after")
+    def _bursts(self) -> "IpxSection":
+        for name in ("address", "total"):
+            rate = getattr(self, f"unverified_{name}_bytes_per_second")
+            burst = getattr(self, f"unverified_{name}_byte_burst")
+            if rate > 0 and burst < MIN_UNVERIFIED_BURST:
+                raise ValueError(
+                    f"unverified_{name}_byte_burst {burst} is less than one full IPX packet "
+                    f"({MIN_UNVERIFIED_BURST} bytes): such a packet could never be sent"
+                )
+        return self
 
     @field_validator("uplinks")
     @classmethod

@@ -549,7 +549,7 @@ PORT_ROWS: Final = (
                 " hosts) and the other ipxbridges heard there (their beacons)."
             ),
             unit="short",
-            width=6,
+            width=4,
             queries=(
                 Query(
                     f"sum by (instance, kind, interface) ({sel('ipxbridge_ipx_port_stations')})",
@@ -564,12 +564,13 @@ PORT_ROWS: Final = (
         Panel(
             title="Copies held or not carried",
             description=(
-                "Copies not sent per second: held (unverified_budget: a client over its budget"
-                " before it sent anything; egress_repeat: the loop bound), and those an IPX"
+                "Copies not sent per second: held (unverified_rate: toward a client not yet"
+                " proven to receive there, over the bytes-per-second limit; egress_repeat:"
+                " a copy back by another way, the loop bound), and those an IPX"
                 " port could not carry (frame_too_large, unproven_host, internal_error)."
             ),
             unit="pps",
-            width=6,
+            width=5,
             queries=(
                 Query(
                     sum_rate("instance, path, reason", "ipxbridge_held_copies_total"),
@@ -585,6 +586,33 @@ PORT_ROWS: Final = (
             ),
         ),
         Panel(
+            title="Toward unproven addresses",
+            description=(
+                "Bytes per second the IPX switch sent to clients that have not proven they"
+                " receive at their address (listeners, silent hosts, or spoofed"
+                " registrations), within ipx.unverified_*_bytes_per_second; and datagrams per"
+                " second the limit held, by what and by bound (address: one IPv4 address's"
+                " rate; total: the bridge's). Steady holds under 'total' mean many unproven"
+                " addresses: a spoofing flood, or a party that needs a higher limit."
+            ),
+            unit="Bps",
+            width=5,
+            queries=(
+                Query(
+                    sum_rate("instance", "ipxbridge_unverified_sent_bytes_total"),
+                    "{{instance}} sent",
+                ),
+                Query(
+                    sum_rate("instance", "ipxbridge_unverified_sent_packets_total"),
+                    "{{instance}} datagrams sent",
+                ),
+                Query(
+                    sum_rate("instance, what, bound", "ipxbridge_unverified_limited_total"),
+                    "{{instance}} held {{what}} ({{bound}})",
+                ),
+            ),
+        ),
+        Panel(
             title="Table evictions",
             description=(
                 "Entries pushed out of a bounded table of the IPX switch or its ports per"
@@ -592,7 +620,7 @@ PORT_ROWS: Final = (
                 " someone is filling it."
             ),
             unit="cps",
-            width=6,
+            width=5,
             queries=(
                 Query(
                     sum_rate("instance, table, reason", "ipxbridge_table_evictions_total"),
@@ -608,7 +636,7 @@ PORT_ROWS: Final = (
                 " (ipxbox's frames, docs/protocols.md 3.8). Shows an ipxbox on the LAN."
             ),
             unit="pps",
-            width=6,
+            width=5,
             queries=(
                 Query(
                     sum_rate("instance, kind, interface, reason", "ipxbridge_ipx_forgiven_total"),

@@ -138,7 +138,14 @@ def _wall_ms() -> int:
 def ipx_interfaces(config: Config) -> tuple[IpxInterface, ...]:
     """The configured interface ports as the plan takes them."""
     return tuple(
-        IpxInterface(i.name, tuple(PortKind(k) for k in i.kinds), i.role, i.peers, i.framing)
+        IpxInterface(
+            i.name,
+            tuple(PortKind(k) for k in i.kinds),
+            i.role,
+            i.peers,
+            i.framing,
+            bytes.fromhex(i.network),
+        )
         for i in config.ipx.interfaces
     )
 
@@ -154,11 +161,10 @@ def switch_settings(config: Config) -> SwitchSettings:
         filtered_sockets=frozenset(ipx.filtered_sockets) if ipx.filter_sockets else frozenset(),
         answer_pings=ipx.answer_pings,
         node_assignment=ipx.node_assignment,
-        unverified_packets_per_second=ipx.unverified_packets_per_second,
-        unverified_packet_burst=ipx.unverified_packet_burst,
-        unverified_bytes_per_second=ipx.unverified_bytes_per_second,
-        unverified_byte_burst=ipx.unverified_byte_burst,
-        unverified_credit_ratio=ipx.unverified_credit_ratio,
+        unverified_address_bytes_per_second=ipx.unverified_address_bytes_per_second,
+        unverified_address_byte_burst=ipx.unverified_address_byte_burst,
+        unverified_total_bytes_per_second=ipx.unverified_total_bytes_per_second,
+        unverified_total_byte_burst=ipx.unverified_total_byte_burst,
         max_unverified=ipx.max_unverified,
         max_unverified_per_ip=ipx.max_unverified_per_ip,
         rejoin=ipx.rejoin,
@@ -585,6 +591,8 @@ class IpxService:
             ),
             tuple((str(s.kind), s.interface) for s in self.skipped),
             *self._uplink_books(),
+            (sw.reflection.sent_bytes, sw.reflection.sent_packets),
+            dict(sw.reflection.refused),
         )
 
     def _uplink_books(

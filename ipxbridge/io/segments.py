@@ -187,7 +187,7 @@ _TAKEN: Final = frozenset(
         "no_destination",
         "unknown_destination",
         "destination_on_ingress",
-        "unverified_budget",
+        "unverified_rate",
         "egress_repeat",
     )
 )
@@ -502,9 +502,12 @@ class IpxWrapperPort(_UdpPort):
     ``ADDR_CACHE_TTL`` its socket goes back to the broadcast: never a black hole for the node.
     The key leaves the network out: the bridge is one network (switch rule 10).
 
-    Destination networks (switch rule 10): a host delivers only its own network or FFFFFFFF,
-    so a broadcast goes to FFFFFFFF and a unicast to the network its socket was heard with
-    (FFFFFFFF when it was not).
+    Destination networks (switch rule 10): a host delivers a broadcast to its own network or
+    FFFFFFFF, and a unicast only to its own (network, node) exactly (docs/protocols.md 6,
+    "Native mode, addresses": FFFFFFFF is refused). So a broadcast goes to FFFFFFFF and a
+    unicast to the network its socket was heard with, else the network its node was heard
+    with, else the port's configured number (``ipx.interfaces[].network``, 00000001 as
+    IPXWrapper's default).
     """
 
     kind = PortKind.IPXWRAPPER
@@ -522,12 +525,17 @@ class IpxWrapperPort(_UdpPort):
         self.sockets: ProvenTable[bytes, tuple[tuple[str, int], bytes]] = ProvenTable(
             MAX_LINKS, "ipxwrapper_sockets", counters.table_evictions
         )
+        # node -> the network it was last heard with (a unicast's fallback, class docstring)
+        self.node_nets: ProvenTable[bytes, bytes] = ProvenTable(
+            MAX_LINKS, "ipxwrapper_nodes", counters.table_evictions
+        )
         super().__init__(plan, sock, port, counters)
 
     def heard(self, packet: bytes | memoryview, addr: tuple[str, int], now: float) -> None:
         """A packet the switch took from ``addr``: where its node and socket live."""
         self.links.learn(bytes(packet[22:28]), addr, now)  # source node, docs/protocols.md 3.1
         self.sockets.learn(bytes(packet[22:30]), (addr, bytes(packet[18:22])), now)
+        self.node_nets.learn(bytes(packet[22:28]), bytes(packet[18:22]), now)
 
     def send(self, packet: bytes, dst_node: bytes) -> None:
         """Send one IPX packet as IPXWrapper's 27-byte-header datagram."""
@@ -538,8 +546,12 @@ class IpxWrapperPort(_UdpPort):
         if known is not None and self._clock() - known[1] <= ADDR_CACHE_TTL:
             addr, net = known[0]
             self._send_to(with_dst_net(packet, net), (addr,))
-        else:
-            self._send_to(with_dst_net(packet, ALL_NETS), self._flood)
+            return
+        # To the PC's listener, which hands it to the program with the socket; with the
+        # receiver's network, never FFFFFFFF (class docstring).
+        node_net = self.node_nets.get(packet[10:16])
+        net = node_net[0] if node_net is not None else self._plan.ipx_network
+        self._send_to(with_dst_net(packet, net), self._flood)
 
     def _send_to(self, packet: bytes, destinations: Sequence[tuple[str, int]]) -> None:
         payload = build_ipxwrapper(ipx_to_ipxwrapper(packet))

@@ -56,7 +56,7 @@ class IpxCounters:
         self.copies_sent = 0
         self.bytes_sent = 0
         self.recv_errors = 0
-        # Copies not sent to unverified clients over their budget (policy/switch.py rule 2).
+        # Copies not sent to unverified clients over the reflection limit (switch rule 2).
         self.held_unverified = 0
         # Copies not sent: that port had the same packet within the window (switch rule 9).
         self.held_repeat = 0

@@ -28,11 +28,12 @@ from prometheus_client.registry import Collector
 
 from ipxbridge import __version__
 from ipxbridge.obs.counters import BUCKETS, TUNNEL, IpxCounters, LatencyHistogram
+from ipxbridge.policy.budget import BOUND_ADDRESS, BOUND_TOTAL
 from ipxbridge.policy.flows import FLOW_EVICTION_REASONS, FLOW_REFUSAL_REASONS
 from ipxbridge.policy.pacing import READ_MODES
 from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
 from ipxbridge.policy.relay import RELAY_IO_DROP_REASONS, Egress
-from ipxbridge.policy.switch import POLICY_DROP_REASONS
+from ipxbridge.policy.switch import POLICY_DROP_REASONS, UNVERIFIED_KINDS
 from ipxbridge.policy.uplink import HANDSHAKE_OUTCOMES, UPLINK_DROP_REASONS, ClientState
 from ipxbridge.wire.errors import WIRE_REASONS
 
@@ -105,6 +106,10 @@ class IpxSnapshot:
     uplinks: dict[tuple[str, str], int] = field(default_factory=dict)
     uplink_handshakes: dict[tuple[str, str], int] = field(default_factory=dict)
     uplink_normalised: dict[str, int] = field(default_factory=dict)
+    # The reflection limit (policy/budget.py): what was let through toward unproven
+    # addresses (bytes, datagrams), and what it refused, by (what, bound).
+    unverified_sent: tuple[int, int] = (0, 0)
+    unverified_limited: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,14 +272,40 @@ class BridgeCollector(Collector):
 
         held = CounterMetricFamily(
             "ipxbridge_held_copies",
-            "Copies not sent, by path and reason (unverified_budget: a client that has not yet"
-            " sent anything since registering is over its budget; egress_repeat: that port"
-            " had the same packet within the last 0.25 s, the loop bound).",
+            "Copies not sent, by path and reason (unverified_rate: toward a client that has"
+            " not proven it receives at its address, over the bytes-per-second limit;"
+            " egress_repeat: a copy that came back by another way, the loop bound).",
             labels=["path", "reason"],
         )
-        held.add_metric(["ipx", "unverified_budget"], ipx.held_unverified)
+        held.add_metric(["ipx", "unverified_rate"], ipx.held_unverified)
         held.add_metric(["ipx", "egress_repeat"], ipx.held_repeat)
         yield held
+
+        sent_bytes, sent_packets = ipx_state.unverified_sent
+        yield CounterMetricFamily(
+            "ipxbridge_unverified_sent_bytes",
+            "Bytes the IPX switch let through toward addresses that have not proven they"
+            " receive there (registration replies, probes, copies), within the limits of"
+            " ipx.unverified_*_bytes_per_second.",
+            value=sent_bytes,
+        )
+        yield CounterMetricFamily(
+            "ipxbridge_unverified_sent_packets",
+            "Datagrams the IPX switch let through toward unproven addresses.",
+            value=sent_packets,
+        )
+        limited = CounterMetricFamily(
+            "ipxbridge_unverified_limited",
+            "Datagrams toward unproven addresses not sent, by what they were (copy,"
+            " registration_reply, probe, ping_reply, dplay_probe) and the bound that held"
+            " them (address: that IPv4 address's rate; total: the whole bridge's).",
+            labels=["what", "bound"],
+        )
+        limited_counts = ipx_state.unverified_limited
+        for what in UNVERIFIED_KINDS:
+            for limit in (BOUND_ADDRESS, BOUND_TOTAL):
+                limited.add_metric([what, limit], limited_counts.get((what, limit), 0))
+        yield limited
 
         errors = CounterMetricFamily(
             "ipxbridge_send_errors",

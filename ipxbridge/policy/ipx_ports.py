@@ -37,6 +37,9 @@ class IpxInterface:
     role: str = "auto"  # auto | lan | p2p
     peers: tuple[str, ...] = ()
     framing: str = "auto"  # auto, or a wire.ethernet.Framing value (ethernet ports only)
+    # IPXWrapper hosts' network number when a unicast's receiver has not been heard yet
+    # (their default; docs/protocols.md 6: a unicast must carry the receiver's network).
+    network: bytes = b"\x00\x00\x00\x01"
 
     @property
     def selection(self) -> Selection:
@@ -57,6 +60,7 @@ class PortPlan:
     peers: tuple[str, ...] = ()  # unicast copies on a p2p interface
     networks: tuple[str, ...] = ()  # on-link prefixes: the sources a UDP port accepts
     framing: str = "auto"
+    ipx_network: bytes = b"\x00\x00\x00\x01"  # IPXWrapper unicasts to an unheard receiver
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,7 @@ def _plan_one(
         egress.broadcast,
         egress.peers,
         egress.networks,
+        ipx_network=entry.network,
     )
 
 

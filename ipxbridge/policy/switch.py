@@ -40,14 +40,23 @@ Rules, in the order they are applied:
    the nonce the bridge puts in the source node of its probe is verified (DOSBox answers a
    ping to the pinger's node, docs/protocols.md 4.5; docs/reliability.md R7). With
    ``node_assignment: address`` (IPv4 + port, predictable) only the probe counts.
-   Until it is verified a client is sent at most a base budget (0 by default) plus
-   ``unverified_credit_ratio`` times what it sends itself (1 by default: never more bytes
-   than it sent, so a spoofed source cannot be amplified); the registration reply is paid
-   from its registration, and probes only from that budget. Copies held back are counted
+   A client that only listens must still hear the game from the moment it registers: DOSBox
+   sends nothing after registration until its program does, a program waiting for another's
+   broadcast may send nothing at all, and a DirectPlay host behind IPXWrapper says nothing
+   until it is enumerated (docs/protocols.md 4.4, 6). So until it is verified a client is
+   sent what any client is, but every byte toward its address (the registration reply,
+   probes, ping answers, copies) is held to a rate per destination IPv4 address and one for
+   the whole bridge (``policy/budget.ReflectionLimit``): whatever a stranger spoofs, that is
+   all the bridge sends toward one victim, and toward all unproven addresses together. A
+   newcomer is admitted only when its reply can go (DOSBox takes the first datagram it
+   receives as the reply). The limits end for a client when it is verified; a probe goes a
+   second after registration (``FIRST_PROBE_DELAY``), so a real DOSBox client, which
+   answers probes even when its program only listens, is verified within a round trip of
+   that. Copies held back are counted
    (``Decision.held``). Unverified clients live in their own bounded table
    (``max_unverified``), so spoofed registrations never take a verified player's place;
    when it is full, the oldest one that had a second to prove itself (its probe unanswered,
-   or none paid for) makes room. Per IPv4 address at most ``max_unverified_per_ip`` are kept:
+   or none let through) makes room. Per IPv4 address at most ``max_unverified_per_ip`` are kept:
    a newcomer from an address at the limit replaces that address's oldest unverified client
    (``evicted``), so many players behind one NAT are never locked out. A registration from
    UDP port 0 is refused. Rejoin: a packet from an unknown address whose source node is
@@ -136,11 +145,15 @@ its handshake completes.
    segment that neither share a key nor are peers cannot confirm each other: both forward,
    and stations get two copies; rule 9 keeps that from becoming a loop.
 9. The loop bound that holds when every other rule is fooled: a packet (bytes 10.. of it, as
-   rule 6 names it) leaves by a given port at most once per ``EGRESS_WINDOW``, however it
-   came in (``tables.EgressGuard``). IPXWrapper's header has no hop count, so a copy that
-   crosses it starts again at hop 0 and returns on the port its first copy came in on like
-   a game repeating itself, which rule 6 passes; it still cannot go out again. Copies left
-   out are counted (``Decision.repeats``); with none left the packet is ``egress_repeat``.
+   rule 6 names it) that arrives by another *way* than the copy that last left (another
+   port, or the same port from another link-layer source) within ``EGRESS_WINDOW`` of it
+   does not leave by a port that copy left by (``tables.EgressGuard``). IPXWrapper's header
+   has no hop count, so a copy that crosses it starts again at hop 0 and returns on the port
+   its first copy came in on, which rule 6 passes; but it returns from the bridge that
+   translated it, not from the station that sent it, so it cannot go out again. A sender
+   repeating itself (a retry, a status without a counter, redundancy against loss) arrives
+   by the same way each time and goes out each time, however fast. Copies left out are
+   counted (``Decision.repeats``); with none left the packet is ``egress_repeat``.
 10. One IPX network, whatever numbers the stations use. Every port is one network to the
    switch: a broadcast reaches every station whatever network it was addressed to, and a
    unicast goes by node alone. The destination network is rewritten only where a receiver
@@ -179,7 +192,7 @@ from enum import StrEnum
 from ipaddress import IPv4Address, IPv4Network
 from typing import Final, Literal, NamedTuple
 
-from ipxbridge.policy.budget import TokenBucket
+from ipxbridge.policy.budget import ReflectionLimit
 from ipxbridge.policy.dedup import DuplicateFilter
 from ipxbridge.policy.tables import EgressGuard, ProvenTable
 from ipxbridge.policy.uplink import UplinkServer
@@ -276,12 +289,22 @@ POLICY_DROP_REASONS: Final[tuple[str, ...]] = (
     "no_destination",
     "unknown_destination",
     "hop_limit",
-    "unverified_budget",
+    "unverified_rate",
     "unverified_full",
     "source_port_zero",
     "own_packet",
     "egress_repeat",
     "beacon_replay",
+)
+
+
+# What the reflection limit is asked about (rule 2; ``ReflectionLimit.refused`` keys).
+UNVERIFIED_KINDS: Final[tuple[str, ...]] = (
+    "copy",
+    "registration_reply",
+    "probe",
+    "ping_reply",
+    "dplay_probe",
 )
 
 
@@ -313,7 +336,7 @@ class Decision(NamedTuple):
     targets: tuple[Port, ...] = ()
     replies: tuple[tuple[bytes, Port], ...] = ()
     header: IpxHeader | None = None  # set when the payload is worth inspecting
-    held: int = 0  # copies not sent: unverified clients over their budget (rule 2)
+    held: int = 0  # copies not sent: unverified clients over the reflection limit (rule 2)
     repeats: int = 0  # copies not sent: the port had this packet within EGRESS_WINDOW (rule 9)
     inner: tuple[tuple[bytes, "Decision"], ...] = ()  # a batch: (packet, its decision)
     client_packet: bytes | None = None  # what DOSBox-protocol clients get instead (rule 10)
@@ -331,7 +354,6 @@ class Client:
     verified: bool = False  # proved it receives at its address (rule 2)
     probes: int = 0  # keepalives sent since it was last heard from
     last_keepalive: float = 0.0
-    budget: TokenBucket | None = None  # what it may be sent until verified (rule 2)
     nonce: bytes = ZERO_NODE  # source node of its probes; echoing it verifies (rule 2)
     # Its own books for the status page: plain ints, bumped where the datagram is handled
     # anyway (received here in _from_client, sent copies by io/udp.py), nothing allocated.
@@ -397,20 +419,18 @@ class SwitchSettings:
     unverified_probes: int = 3  # keepalives an unverified client gets (then it is left quiet)
     # Keyed nodes prove receipt (rule 2); ``address`` nodes (IPv4 + port) prove nothing.
     node_assignment: Literal["keyed", "address"] = "keyed"
-    # What a registered but unproven client may be sent (rule 2) beyond what it earns: nothing
-    # by default. A base budget (4/s, burst 8, 2048 B/s, burst 4096 fits a few DirectPlay
-    # enumerations a second, 62 bytes each over IPX, and one full-size DOSBox packet) lets a
-    # silent DirectPlay host behind IPXWrapper be found, at the price of that much traffic
-    # toward any address a spoofer names.
-    unverified_packets_per_second: float = 0.0
-    unverified_packet_burst: int = 0
-    unverified_bytes_per_second: float = 0.0
-    unverified_byte_burst: int = 0
-    # Each packet an unverified client sends lets it receive this many times as much, up to
-    # the caps; 1 = never more bytes toward an unproven address than came from it.
-    unverified_credit_ratio: float = 1.0
-    unverified_credit_packets: int = 256
-    unverified_credit_bytes: int = 65_536
+    # What the bridge may send toward addresses that registered but have not proven receipt
+    # (rule 2, policy/budget.py): bytes per second per destination IPv4 address and for the
+    # whole bridge. Sized from what games send before a match (docs/ipx.md, "Verification"):
+    # a DirectPlay enumeration is 82 bytes over IPX, a DOS game's lobby broadcast 50-600
+    # bytes a few times a second, the busiest (35 a second) about 10 KiB/s; 16 KiB/s and a
+    # 32 KiB burst carry that to one address (a few listeners behind one NAT), and 256 KiB/s
+    # in all carries it to 16 listeners at once. A real DOSBox client answers the probe a
+    # second after it registers and is limited no longer.
+    unverified_address_bytes_per_second: float = 16_384.0
+    unverified_address_byte_burst: int = 32_768
+    unverified_total_bytes_per_second: float = 262_144.0
+    unverified_total_byte_burst: int = 524_288
     # The unverified table, apart from max_clients (verified players): spoofed registrations
     # cannot crowd out real ones, and one address cannot fill it.
     max_unverified: int = 256
@@ -433,14 +453,17 @@ class SwitchSettings:
 
 
 # An unverified client is probed with its first packet (that shows it has its registration
-# reply), so a real DOSBox client, which answers pings (docs/protocols.md 4.6), is verified one
-# round trip after it first speaks. One that says nothing is probed this long after registering,
-# if a base budget pays for it. Not at once: DOSBox takes the first datagram it receives as its
-# registration reply and never asks again (4.2), so a probe that overtook a reply, or came in
-# place of a lost one, would give it the broadcast node as its address.
+# reply), so a real DOSBox client, which answers pings (docs/protocols.md 4.5), is verified one
+# round trip after it first speaks. One that says nothing is probed this long after
+# registering, within the reflection limit. Not at once: DOSBox takes the first datagram it
+# receives as its registration reply and never asks again (4.2), so a probe that overtook a
+# reply, or came in place of a lost one, would give it the broadcast node as its address.
 FIRST_PROBE_DELAY: Final = 1.0
 # A real client answers a probe within a round trip; one silent this long after it did not.
 PROOF_WAIT: Final = 1.0
+# Copies to an unproven address leave this much of its reflection limit for a probe and a
+# registration reply, so a client kept busy by broadcasts can still prove itself.
+COPY_RESERVE: Final = 2 * HEADER_LEN
 
 
 def broadcast_from(src_node: bytes, dst_socket: int, src_socket: int, payload: bytes) -> bytes:
@@ -551,6 +574,13 @@ class IpxSwitch:
             settings.dedup_window, settings.dedup_max_entries
         )
         self._egress: EgressGuard[Port] = EgressGuard(EGRESS_WINDOW, settings.dedup_max_entries)
+        # Everything aimed at unproven addresses, in bytes per second (rule 2).
+        self.reflection = ReflectionLimit(
+            settings.unverified_address_bytes_per_second,
+            settings.unverified_address_byte_burst,
+            settings.unverified_total_bytes_per_second,
+            settings.unverified_total_byte_burst,
+        )
         self._events: list[SwitchEvent] = []
         # The bridge's node on segments and in its beacons (rule 8): random, unicast and
         # locally administered (IEEE 802 U/L bit), so it never equals a station's MAC.
@@ -648,13 +678,12 @@ class IpxSwitch:
         """Apply new tunables and peers; clients stay, unless ``clients_allow`` now bars them."""
         self.settings = settings
         self._dedup.window = settings.dedup_window
-        for addr in self._unverified:
-            budget = self.clients[addr].budget
-            if budget is not None:
-                budget.packet_rate = settings.unverified_packets_per_second
-                budget.packet_burst = settings.unverified_packet_burst
-                budget.byte_rate = settings.unverified_bytes_per_second
-                budget.byte_burst = settings.unverified_byte_burst
+        self.reflection.reconfigure(
+            settings.unverified_address_bytes_per_second,
+            settings.unverified_address_byte_burst,
+            settings.unverified_total_bytes_per_second,
+            settings.unverified_total_byte_burst,
+        )
         for addr in [a for a in self.clients if not settings.allows(a[0])]:
             self.remove_client(addr, "not_allowed")
         for addr in [a for a in self.peers if a not in peers]:
@@ -816,33 +845,33 @@ class IpxSwitch:
             self._senders[segment] = senders
         return senders.get(sender)
 
-    def _register(self, addr: Address, size: int, now: float) -> Decision:
+    def _register(self, addr: Address, now: float) -> Decision:
         client = self.clients.get(addr)
+        reflection = self.reflection
         if client is not None:
-            # Idempotent: same node, the reply is simply sent again (the first may be lost).
+            # Idempotent: same node, the reply is simply sent again (the first may be lost),
+            # within the reflection limit while the address is unproven (rule 2).
             client.last_seen = now
             self._events.append(SwitchEvent("reregistered", addr, client.node))
-        else:
-            admitted = self._admit(addr, self.node_for(addr), now, "registered")
-            if isinstance(admitted, str):
-                return _drop(admitted)
-            client = admitted
-        reply = build_registration_reply(client.node, client.server_node)
-        if client.budget is not None:
-            # The reply is paid from what the registration earns (rule 2). It goes even when
-            # that is less: it is no larger than the registration, and without it no client
-            # could join.
-            self._earn(client.budget, size)
-            client.budget.spend(len(reply), now)
+            reply = build_registration_reply(client.node, client.server_node)
+            if not client.verified and not reflection.allow(
+                addr[0], len(reply), now, "registration_reply"
+            ):
+                return _drop("unverified_rate")
+            return Decision(Outcome.CONTROL, "registration", replies=((reply, addr),))
+        # A newcomer is admitted only if its reply can go now: DOSBox takes the first
+        # datagram it receives as the reply (docs/protocols.md 4.2), so a client must get
+        # nothing before it. The reply is as long as the registration.
+        bound = reflection.check(addr[0], HEADER_LEN, now)
+        if bound is not None:
+            reflection.refuse("registration_reply", bound)
+            return _drop("unverified_rate")
+        admitted = self._admit(addr, self.node_for(addr), now, "registered")
+        if isinstance(admitted, str):
+            return _drop(admitted)
+        reply = build_registration_reply(admitted.node, admitted.server_node)
+        reflection.spend(addr[0], len(reply), now)
         return Decision(Outcome.CONTROL, "registration", replies=((reply, addr),))
-
-    def _earn(self, budget: TokenBucket, size: int) -> None:
-        """An unverified client sent ``size`` bytes: it may receive a multiple (rule 2)."""
-        cfg = self.settings
-        ratio = cfg.unverified_credit_ratio
-        budget.credit(
-            ratio, ratio * size, cfg.unverified_credit_packets, cfg.unverified_credit_bytes
-        )
 
     def _admit(
         self, addr: Address, node: bytes, now: float, kind: str, *, verified: bool = False
@@ -851,18 +880,10 @@ class IpxSwitch:
         cfg = self.settings
         if len(self.clients) - len(self._unverified) >= cfg.max_clients:
             return "clients_full"
-        budget = None
         if not verified:
             room = self._room_for_unverified(addr[0], now)
             if room:
                 return room
-            budget = TokenBucket.full(
-                cfg.unverified_packets_per_second,
-                cfg.unverified_packet_burst,
-                cfg.unverified_bytes_per_second,
-                cfg.unverified_byte_burst,
-                now,
-            )
         client = Client(
             addr,
             node,
@@ -871,7 +892,6 @@ class IpxSwitch:
             now,
             verified=verified,
             last_keepalive=now,
-            budget=budget,
             nonce=ZERO_NODE if verified else self._random_bytes(6),
         )
         self.clients[addr] = client
@@ -912,7 +932,6 @@ class IpxSwitch:
     def _verify(self, client: Client) -> None:
         """The client proved it receives at its address (its node, or its probe's nonce)."""
         client.verified = True
-        client.budget = None
         client.probes = 0
         self._forget_unverified(client.addr)
         self._events.append(SwitchEvent("verified", client.addr, client.node))
@@ -1028,7 +1047,7 @@ class IpxSwitch:
         if refused is not None:
             return _drop(refused)
         if header.is_registration:
-            return self._register(src, len(data), now)
+            return self._register(src, now)
         if self.settings.rejoin and header.src_node == self.node_for(src):
             return self._rejoin(src, header, data, now)
         if src[0] in self.own_ips:
@@ -1116,7 +1135,16 @@ class IpxSwitch:
         # to carry to the ports it serves, whatever the bridge ids (rule 8).
         bridge = self._bridge_sent(segment, sender) if self._heard else None
         return self._forward(
-            header, data, segment, now, (), hops_in=hops_in, via=via, learn=True, bridge=bridge
+            header,
+            data,
+            segment,
+            now,
+            (),
+            hops_in=hops_in,
+            via=via,
+            learn=True,
+            bridge=bridge,
+            sender=sender,
         )
 
     def _peer_beacon(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
@@ -1236,10 +1264,9 @@ class IpxSwitch:
         client.rx_packets += 1
         client.rx_bytes += len(data)
         if header.is_registration:
-            return self._register(client.addr, len(data), now)
-        budget = client.budget
+            return self._register(client.addr, now)
         replies: tuple[tuple[bytes, Address], ...] = ()
-        if budget is None:
+        if client.verified:
             client.probes = 0
         elif header.is_echo and header.dst_node == client.nonce:
             # The answer to a probe only a real receiver at this address has seen (rule 2).
@@ -1248,16 +1275,15 @@ class IpxSwitch:
         elif header.src_node == client.node and self.settings.node_assignment == "keyed":
             # Its keyed node, which only our registration reply told it (rule 2).
             self._verify(client)
-        else:
-            # Unproven: what it sends earns it a bounded multiple to receive (rule 2).
-            self._earn(budget, len(data))
-            if client.probes == 0 and budget.take(HEADER_LEN, now):
-                # Its first packet: it has its registration reply (DOSBox sends nothing
-                # before), so a probe now cannot be taken for the reply (docs/protocols.md
-                # 4.2), and one round trip later it is verified. Paid from what it sent.
+        elif client.probes == 0:
+            # Its first packet: it has its registration reply (DOSBox sends nothing before),
+            # so a probe now cannot be taken for the reply (docs/protocols.md 4.2), and one
+            # round trip later it is verified; within the reflection limit (rule 2).
+            probe = build_ping(client.nonce)
+            if self.reflection.allow(client.addr[0], len(probe), now, "probe"):
                 client.probes = 1
                 client.last_keepalive = now
-                replies = ((build_ping(client.nonce), client.addr),)
+                replies = ((probe, client.addr),)
         if header.is_shutdown:
             self.remove_client(client.addr, "shutdown")
             return Decision(Outcome.CONTROL, "shutdown")
@@ -1273,7 +1299,10 @@ class IpxSwitch:
             # Answer as a DOSBox client would, so a lone client can see the server is alive;
             # the ping is still forwarded so every other client answers too.
             reply = build_ping_reply(client.node, client.server_node)
-            replies = (*replies, (reply, client.addr))
+            if client.verified or self.reflection.allow(
+                client.addr[0], len(reply), now, "ping_reply"
+            ):
+                replies = (*replies, (reply, client.addr))
         # The client's hop byte is whatever its DOS program left there: count from 0 (rule 6).
         return self._forward(header, data, client.addr, now, replies, hops_in=0)
 
@@ -1316,6 +1345,7 @@ class IpxSwitch:
         via: object = None,
         learn: bool = False,
         bridge: bytes | None = None,
+        sender: object = None,
     ) -> Decision:
         filtered = self.settings.filtered_sockets
         dst_socket = header.dst_socket
@@ -1360,14 +1390,17 @@ class IpxSwitch:
             return Decision(Outcome.DROPPED, "no_destination", replies=replies)
         held = 0
         if self._unverified:
-            targets, held = self._within_budget(targets, len(data), now)
+            targets, held = self._within_limit(targets, len(data), now)
             if not targets:
-                return Decision(Outcome.DROPPED, "unverified_budget", replies=replies, held=held)
-        # Rule 9, the bound that holds when every other rule was fooled: never the same
-        # packet out of one port twice within EGRESS_WINDOW (after the budget: only copies
-        # really sent are recorded).
+                return Decision(Outcome.DROPPED, "unverified_rate", replies=replies, held=held)
+        # Rule 9, the bound that holds when every other rule was fooled: a copy that came by
+        # another way (port, or link-layer source on it) within EGRESS_WINDOW never leaves by
+        # a port the packet left by; the sender's own repeats do (after the limit: only
+        # copies really sent are recorded).
         wanted = len(targets)
-        targets = self._egress.admit(identity, targets, now)
+        targets = self._egress.admit(
+            identity, port if sender is None else (port, sender), targets, now
+        )
         repeats = wanted - len(targets)
         if not targets:
             return Decision(
@@ -1395,21 +1428,24 @@ class IpxSwitch:
             )
         return Decision(Outcome.FORWARDED, kind, packet, targets, replies, header, held, repeats)
 
-    def _within_budget(
+    def _within_limit(
         self, targets: tuple[Port, ...], size: int, now: float
     ) -> tuple[tuple[Port, ...], int]:
-        """Leave out unverified clients whose budget is spent (rule 2); count them."""
+        """Leave out unverified clients the reflection limit refuses (rule 2); count them."""
         unverified = self._unverified
         if unverified.keys().isdisjoint(targets):
             return targets, 0
         kept: list[Port] = []
         held = 0
+        allow = self.reflection.allow
         for addr in targets:
-            if isinstance(addr, tuple) and addr in unverified:
-                budget = self.clients[addr].budget
-                if budget is not None and not budget.take(size, now):
-                    held += 1
-                    continue
+            if (
+                isinstance(addr, tuple)
+                and addr in unverified
+                and not allow(addr[0], size, now, "copy", COPY_RESERVE)
+            ):
+                held += 1
+                continue
             kept.append(addr)
         return tuple(kept), held
 
@@ -1420,12 +1456,14 @@ class IpxSwitch:
 
         Each copy carries the bridge's node as that client sees it (on segments, the bridge
         id), so replies come back addressed to the bridge (``to_bridge``) and are inspected
-        there. Unverified clients get a probe only within their budget (rule 2).
+        there. Unverified clients get a probe only within the reflection limit (rule 2).
         """
         out: list[tuple[bytes, Port]] = []
         for client in self.clients.values():
             packet = broadcast_from(client.server_node, dst_socket, src_socket, payload)
-            if client.budget is not None and not client.budget.take(len(packet), now):
+            if not client.verified and not self.reflection.allow(
+                client.addr[0], len(packet), now, "dplay_probe"
+            ):
                 continue
             out.append((packet, client.addr))
         if self.segments:
@@ -1467,17 +1505,10 @@ class IpxSwitch:
                 wait = first_probe if client.probes == 0 else cfg.keepalive_interval
                 if now - client.last_keepalive < wait:
                     continue
-                # A probe is traffic toward an unproven address too, so it spends a token of
-                # the budget; with no base budget (the default) it must be earned by the
-                # client's own traffic. With one it goes anyway (at most
-                # ``unverified_probes``): a receiver kept busy by broadcasts must still be
-                # able to prove itself.
-                budget = client.budget
-                if (
-                    budget is not None
-                    and not budget.take(HEADER_LEN, now)
-                    and budget.packet_rate == 0
-                ):
+                # A probe is traffic toward an unproven address too: within the reflection
+                # limit (rule 2). A real DOSBox client answers it, even when it only listens
+                # (docs/protocols.md 4.5), and is then limited no longer.
+                if not self.reflection.allow(client.addr[0], HEADER_LEN, now, "probe"):
                     continue
             client.probes += 1
             client.last_keepalive = now
@@ -1486,6 +1517,7 @@ class IpxSwitch:
             out.append((build_ping(source), client.addr))
         self._dedup.purge(now)
         self._egress.purge(now)
+        self.reflection.purge(now)
         self._learned.expire(now, cfg.learned_node_ttl)
         return out
 

@@ -172,14 +172,24 @@ class ProvenTable(Generic[K, V]):
 
 
 class EgressGuard(Generic[P]):
-    """At most one copy of a packet per port per ``window`` (the loop bound of last resort).
+    """A copy that came back by another way never leaves by a port its first copy left by.
 
-    A loop through an encapsulation without a hop count (IPXWrapper's UDP) returns a copy on
-    the port its first copy came in on with nothing to tell it from a game repeating itself,
-    so the duplicate filter passes it; the guard does not, because the copy would go out of a
-    port it already left by within the window. A loop's round trip on a LAN is about a
-    millisecond; a game that repeats identical bytes more than ``1 / window`` times a second
-    to one port loses the repeats, which carry nothing new.
+    The loop bound of last resort (policy/switch.py rule 9). A loop through an encapsulation
+    without a hop count (IPXWrapper's UDP) returns a copy on the port its first copy came in
+    on, so the duplicate filter, which passes a port's repeats, passes it too. What tells it
+    from a game repeating itself is the *way* it arrived: the ingress port and the
+    link-layer source it came from (a station's MAC or address for the original; another
+    bridge's for a copy that went round). So, per packet identity, the guard keeps the way
+    of the copy that last went out and the ports it went to:
+
+    * the same way again is the sender repeating itself (a retry, a status with no
+      counter, redundancy against loss): it goes to every target, however often, and
+      refreshes the record;
+    * another way within ``window`` of the last send is a copy that went round: it goes
+      only to ports the packet has not left by, and changes nothing else, so a loop stops
+      at the first copy that comes back.
+
+    A loop's round trip on a LAN is about a millisecond, far inside the window.
     """
 
     __slots__ = ("_entries", "max_entries", "window")
@@ -190,27 +200,32 @@ class EgressGuard(Generic[P]):
             raise ValueError("window must be >= 0 and max_entries >= 1")
         self.window = window
         self.max_entries = max_entries
-        # key -> (first sent, ports sent to); order = time order
-        self._entries: OrderedDict[int, tuple[float, tuple[P, ...]]] = OrderedDict()
+        # key -> (last sent by its way, that way, ports sent to); order = time order
+        self._entries: OrderedDict[int, tuple[float, object, tuple[P, ...]]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def admit(self, key: int, targets: tuple[P, ...], now: float) -> tuple[P, ...]:
-        """The targets that have not had ``key`` within the window; recorded as sent."""
+    def admit(self, key: int, way: object, targets: tuple[P, ...], now: float) -> tuple[P, ...]:
+        """The targets ``key`` may go to, arriving by ``way``; recorded as sent."""
         entries = self._entries
         entry = entries.get(key)
         if entry is None or now - entry[0] >= self.window:
             if entry is not None:
                 del entries[key]
-            entries[key] = (now, targets)
+            entries[key] = (now, way, targets)
             if len(entries) > self.max_entries:
                 entries.popitem(last=False)
             return targets
-        sent = entry[1]
+        sent = entry[2]
+        if entry[1] == way:  # the sender repeating itself: all of it, record refreshed
+            del entries[key]
+            extra = tuple(t for t in targets if t not in sent)
+            entries[key] = (now, way, sent + extra if extra else sent)
+            return targets
         kept = tuple(t for t in targets if t not in sent)
         if kept:
-            entries[key] = (entry[0], sent + kept)
+            entries[key] = (entry[0], entry[1], sent + kept)
         return kept
 
     def purge(self, now: float) -> int:

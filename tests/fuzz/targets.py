@@ -345,6 +345,11 @@ SWITCH_SETTINGS: Final = SwitchSettings(
     max_learned_nodes=8,
     dedup_max_entries=64,
     clients_allow=(IPv4Network("10.0.0.0/24"),),
+    # Small limits, so that a few fuzzed datagrams reach them (rule 2)
+    unverified_address_bytes_per_second=200.0,
+    unverified_address_byte_burst=600,
+    unverified_total_bytes_per_second=300.0,
+    unverified_total_byte_burst=900,
 )
 DROP_REASONS: Final = frozenset({*WIRE_REASONS, *POLICY_DROP_REASONS})
 NODE_FOR: Final = keyed_nodes(bytes(range(32)))  # the clients' nodes, the same every run
@@ -366,42 +371,55 @@ def datagrams(data: bytes) -> Iterator[tuple[Address, bytes, float]]:
 
 @dataclass
 class UnprovenBooks:
-    """Bytes from and to each address that never proved it receives (switch rule 2)."""
+    """Bytes toward addresses that never proved they receive there (switch rule 2).
 
-    received: Counter[Address] = dataclasses.field(default_factory=Counter)
-    sent: Counter[Address] = dataclasses.field(default_factory=Counter)
+    The reflection bound as a token bucket full at 0 s implies it: by time ``now`` the
+    bridge has sent one IPv4 address at most its burst plus its rate times ``now``, and all
+    such addresses together at most the total's burst plus its rate times ``now``, whatever
+    was sent to it, by whom, from how many spoofed ports.
+    """
+
+    sent: Counter[str] = dataclasses.field(default_factory=Counter)
+    total: int = 0
     proven: set[Address] = dataclasses.field(default_factory=set)
 
-    def check(self, switch: IpxSwitch, out: list[tuple[bytes, Port]]) -> None:
-        """With the default budget (0, credit ratio 1) the bridge never sends an address
-        that has not proved itself more bytes than it received from it."""
+    def check(self, switch: IpxSwitch, out: list[tuple[bytes, Port]], now: float) -> None:
+        """Book ``out`` and check the bounds of ``switch.settings`` at ``now``."""
+        cfg = switch.settings
         self.proven |= {a for a, c in switch.clients.items() if c.verified}
         for packet, to in out:
             if isinstance(to, tuple) and to not in self.proven and to not in switch.peers:
-                self.sent[to] += len(packet)
-                assert self.sent[to] <= self.received[to], (to, self.sent[to], self.received[to])
+                self.sent[to[0]] += len(packet)
+                self.total += len(packet)
+                per_address = (
+                    cfg.unverified_address_byte_burst
+                    + cfg.unverified_address_bytes_per_second * now
+                )
+                total = (
+                    cfg.unverified_total_byte_burst + cfg.unverified_total_bytes_per_second * now
+                )
+                assert self.sent[to[0]] <= per_address, (to, self.sent[to[0]], now)
+                assert self.total <= total, (self.total, now)
 
 
 def check_switch(data: bytes) -> None:
     """The switch never raises, gives every datagram exactly one known outcome, relays only
     to its own ports and never back to the ingress, changes nothing but the hop count,
-    sends replies only to the sender (no reflection: docs/reliability.md R7, R8), and sends an
-    address that has not proved it receives no more than it got from it (amplification at
-    most 1). A coalesced batch is never forwarded as one: each of its packets gets a
-    decision of its own, held to the same properties (policy/switch.py rule 1)."""
+    sends replies only to the sender (no reflection: docs/reliability.md R7, R8), and sends
+    addresses that have not proved they receive no more than the reflection limit (R26). A
+    coalesced batch is never forwarded as one: each of its packets gets a decision of its
+    own, held to the same properties (policy/switch.py rule 1)."""
     switch = IpxSwitch(
         SWITCH_SETTINGS, (PEER,), lambda _a: ipx.dosbox_node(*SERVER), node_for=NODE_FOR
     )
     books = UnprovenBooks()
     for client in CLIENTS:
         registration = ipx.build_registration()
-        books.received[client] += len(registration)
-        books.check(switch, list(switch.handle(registration, client, 0.0).replies))
+        books.check(switch, list(switch.handle(registration, client, 0.0).replies), 0.0)
     for src, packet, now in datagrams(data):
         before = {*switch.clients, *switch.peers}
-        books.received[src] += len(packet)
         decision = switch.handle(packet, src, now)
-        books.check(switch, emitted(decision))
+        books.check(switch, emitted(decision), now)
         if src == STRANGER:
             assert decision.outcome is Outcome.DROPPED
         # A packet of a batch may go to a client the batch itself registered.
@@ -412,7 +430,7 @@ def check_switch(data: bytes) -> None:
         ticked = switch.tick(now)
         for _ping, port in ticked:
             assert port in switch.clients
-        books.check(switch, ticked)
+        books.check(switch, ticked, now)
 
 
 def emitted(decision: Decision) -> list[tuple[bytes, Port]]:

@@ -253,16 +253,6 @@ class DosBox:
         self._log.close()
 
 
-# A base budget for unverified clients, which the defaults do not give: the setting of
-# docs/ipx.md for finding silent hosts (``ipx.unverified_*``, policy/switch.py rule 2).
-BASE_BUDGET_ENV = {
-    "IPXBRIDGE_IPX__UNVERIFIED_PACKETS_PER_SECOND": "4",
-    "IPXBRIDGE_IPX__UNVERIFIED_PACKET_BURST": "8",
-    "IPXBRIDGE_IPX__UNVERIFIED_BYTES_PER_SECOND": "2048",
-    "IPXBRIDGE_IPX__UNVERIFIED_BYTE_BURST": "4096",
-    "IPXBRIDGE_IPX__UNVERIFIED_CREDIT_RATIO": "16",
-}
-
 # What a stand-in game broadcasts first (``Client.announce``); the tests' data uses 0x4545.
 ANNOUNCE_SOCKET = 0x4546
 
@@ -311,9 +301,9 @@ class Client:
         network setup, DirectPlay's EnumSessions), on ``ANNOUNCE_SOCKET``.
 
         It carries the node our registration reply gave, which proves this client receives
-        at its address (policy/switch.py rule 2): until then the bridge sends it nothing
-        but that reply. A stand-in that would only listen calls this first, as a game would
-        have sent something by then.
+        at its address (policy/switch.py rule 2). A client need not call it to be served:
+        one that only listens is (tests/integration/test_listeners.py); tests call it where
+        the game they stand in for announces itself.
         """
         self.send(ipx.BROADCAST_NODE, b"here", sock=ANNOUNCE_SOCKET)
 
@@ -328,9 +318,9 @@ class Client:
     def answer_keepalive(self, timeout: float = 5.0) -> None:
         """Wait for the bridge's ping and answer it, as DOSBox does (docs/protocols.md 4.6).
 
-        An unverified client is pinged only within its budget (policy/switch.py rule 2):
-        with the defaults, once it has sent something; a verified one after
-        ``keepalive_interval`` of silence.
+        An unverified client is probed a second after it registers, or with its first
+        packet (policy/switch.py rule 2); a verified one after ``keepalive_interval`` of
+        silence.
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

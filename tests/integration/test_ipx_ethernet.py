@@ -503,8 +503,9 @@ def test_four_framings_built_by_scapy_reach_dosbox_and_tshark_decodes_what_the_b
     capture = None
     try:
         capture = Capture(net, s, "st0", workdir / "st0.pcapng")
+        # The client only listens until it sends below (docs/protocols.md 4.4, "Silent after
+        # registration"): the stations' broadcasts reach it all the same.
         client = Client(c, SERVER)
-        client.announce()  # its game, before it listens: its keyed node verifies it
         station = Station(s, "st0")
         # Native -> DOSBox: one station per framing, each broadcasting in its own. The auto
         # learner takes each station's framing from this first frame.

@@ -121,8 +121,9 @@ class Dosbox:
     """A DOSBox client (``harness.Client``) read without blocking; pings answered."""
 
     def __init__(self, ns: str) -> None:
+        # It only listens until the test makes it send, as DOSBox does after ipxnet connect
+        # (docs/protocols.md 4.4, "Silent after registration").
         self.client = Client(ns, SERVER)
-        self.client.announce()  # its keyed node verifies it (policy/switch.py rule 2)
         self.node = self.client.node
         self.got: list[tuple[ipx.IpxHeader, bytes]] = []
 

@@ -41,7 +41,6 @@ from ipxbridge.wire import ipx
 from tests.integration import wg
 from tests.integration.conftest import require
 from tests.integration.harness import (
-    BASE_BUDGET_ENV,
     BridgeProcess,
     Client,
     Netns,
@@ -444,11 +443,11 @@ def test_dp4_enum_sessions_from_ipxwrapper_station_lists_the_session(
 ) -> None:
     """IPXWrapper's DirectPlay SP enumerates; a host on the DOSBox side answers (1.9, 6).
 
-    That host has sent nothing since it registered: the enumeration reaches it only with a
-    base budget for unverified clients (docs/ipx.md, "Verification"), as on a bridge set up to
-    find silent hosts. Its answer carries its keyed node, which verifies it.
+    That host has sent nothing since it registered (a listener, docs/protocols.md 4.4): the
+    enumeration reaches it all the same, within the reflection limit (docs/ipx.md,
+    "Verification"). Its answer carries its keyed node, which verifies it.
     """
-    with site(net, workdir, wireguard=True, rfc1234=False, env=BASE_BUDGET_ENV) as s:
+    with site(net, workdir, wireguard=True, rfc1234=False) as s:
         station = s.station()
         station.bind(DP_SOCKET)
         host = DosboxHost(s.cl, ("10.60.0.1", RFC1234_PORT))

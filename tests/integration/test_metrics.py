@@ -37,8 +37,8 @@ def test_metrics_match_traffic_and_pass_promtool(net: Netns, workdir: Path) -> N
     try:
         alice = Client(c1, ("10.54.0.1", 213))
         bob = Client(c1, ("10.54.0.1", 213))
-        # bob's game announces itself before it listens; alice has sent nothing yet, so
-        # her copy is held (unverified_budget)
+        # bob's game announces itself before it listens; alice has sent nothing yet and gets
+        # it all the same, within the reflection limit (docs/ipx.md, "Verification")
         bob.announce()
         for i in range(40):
             alice.send(ipx.BROADCAST_NODE, f"hello {i}".encode())
@@ -78,12 +78,18 @@ def test_metrics_match_traffic_and_pass_promtool(net: Netns, workdir: Path) -> N
             )
             == 2 + 1 + 40 + 12 + 1
         )
-        assert value(metrics, 'ipxbridge_forwarded_packets_total{path="ipx"}') == 41
+        assert value(metrics, 'ipxbridge_forwarded_packets_total{path="ipx"}') == 42
         assert value(metrics, "ipxbridge_control_packets_total") == 2  # 2 registrations
         assert (
-            value(metrics, 'ipxbridge_dropped_packets_total{path="ipx",reason="unverified_budget"}')
-            == 1
+            value(metrics, 'ipxbridge_dropped_packets_total{path="ipx",reason="unverified_rate"}')
+            == 0
         )
+        # toward addresses not yet proven: the two registration replies and bob's
+        # announcement to alice; nothing held
+        assert value(metrics, "ipxbridge_unverified_sent_packets_total") == 3
+        announce = ipx.HEADER_LEN + len(b"here")  # Client.announce
+        assert value(metrics, "ipxbridge_unverified_sent_bytes_total") == 2 * 30 + announce
+        assert 'ipxbridge_unverified_limited_total{bound="address",what="copy"} 0.0' in metrics
         assert value(metrics, 'ipxbridge_dropped_packets_total{path="ipx",reason="truncated"}') == 7
         assert (
             value(metrics, 'ipxbridge_dropped_packets_total{path="ipx",reason="filtered_socket"}')
@@ -93,8 +99,8 @@ def test_metrics_match_traffic_and_pass_promtool(net: Netns, workdir: Path) -> N
             value(
                 metrics, 'ipxbridge_sent_copies_total{interface="tunnel",kind="dosbox",path="ipx"}'
             )
-            == 2 + 41
-        )  # two registration replies, one copy per forward (no probe: nobody earned one)
+            == 2 + 42
+        )  # two registration replies, one copy per forward (no probe: both proved themselves)
         assert value(metrics, 'ipxbridge_ipx_clients{dialect="dosbox"}') == 2
         sessions = 'ipxbridge_directplay_sessions{game="Total Annihilation",open="true"}'
         assert value(metrics, sessions) == 1  # no password, not closed: listed as open

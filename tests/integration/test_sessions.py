@@ -16,7 +16,7 @@ import pytest
 
 from ipxbridge.wire.directplay import EnumSessionsReply, SessionDesc, build_enum_sessions_reply
 from tests.factories import armada_user
-from tests.integration.harness import BASE_BUDGET_ENV, ROOT, BridgeProcess, Client, Netns
+from tests.integration.harness import ROOT, BridgeProcess, Client, Netns
 
 FAKE_HOST = Path(__file__).with_name("fake_dplay_host.py")
 TA = uuid.UUID("99797420-F5F5-11CF-9827-00A0241496C8")
@@ -67,9 +67,9 @@ def test_probed_sessions_are_listed_and_expire(net: Netns, workdir: Path) -> Non
     box, host = net.add("box"), net.add("host")
     net.link(box, "lan", "10.51.0.1/24", host, "eth0", "10.51.0.20/24")
     # The fake IPX host registers and waits silently for enumerations, as a DirectPlay host
-    # does: the bridge's own probes reach it only with a base budget for unverified clients
-    # (docs/ipx.md, "Verification"), which a bridge that lists silent IPX hosts must have.
-    env = {"IPXBRIDGE_DIRECTPLAY__SESSION_EXPIRY": "4", **BASE_BUDGET_ENV}
+    # does: the bridge's own probes reach it within the reflection limit (docs/ipx.md,
+    # "Verification").
+    env = {"IPXBRIDGE_DIRECTPLAY__SESSION_EXPIRY": "4"}
     bridge = BridgeProcess(
         net, box, "--probe-interval", "1", "--ipx-listen", "10.51.0.1:213", log_dir=workdir, env=env
     )

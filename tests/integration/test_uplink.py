@@ -242,8 +242,7 @@ def test_ipxbox_uplink_station_connects_to_our_server_side(net: Netns, workdir: 
     sa, sb, a1, _ = sites(net)
     bridge_a = server_bridge(net, sa, workdir)
     try:
-        alice = Client(a1, ("10.41.1.1", 213))
-        alice.announce()
+        alice = Client(a1, ("10.41.1.1", 213))  # only listens (docs/protocols.md 4.4)
         station = IpxboxUplinkStation(sb, A_TUNNEL)
         station.control("get-challenge-request")
         response = station.read_control()

@@ -32,21 +32,54 @@ def test_embedded_default() -> None:
     assert cfg.ipx.idle_timeout == 600
 
 
-def test_default_nodes_are_keyed_and_unproven_addresses_get_no_more_than_they_sent() -> None:
+def test_default_nodes_are_keyed_and_unproven_addresses_are_held_to_a_rate() -> None:
     ipx = load_config(None, {}).ipx
     assert (ipx.node_assignment, ipx.node_key_file) == ("keyed", "/var/lib/ipxbridge/node.key")
-    budget = (
-        ipx.unverified_packets_per_second,
-        ipx.unverified_packet_burst,
-        ipx.unverified_bytes_per_second,
-        ipx.unverified_byte_burst,
+    limits = (
+        ipx.unverified_address_bytes_per_second,
+        ipx.unverified_address_byte_burst,
+        ipx.unverified_total_bytes_per_second,
+        ipx.unverified_total_byte_burst,
     )
-    assert budget == (0.0, 0, 0.0, 0)
-    assert ipx.unverified_credit_ratio == 1.0
+    assert limits == (16_384.0, 32_768, 262_144.0, 524_288)
     assert (ipx.max_unverified, ipx.max_unverified_per_ip) == (256, 16)
-    # and the embedded file says how to find silent hosts again
-    for hint in ("packets_per_second 4, packet_burst 8", "credit_ratio 16", "clients_allow"):
-        assert hint in DEFAULT_CONFIG_YAML, hint
+    # and the embedded file says what a stranger can make the bridge send
+    assert "toward one victim" in DEFAULT_CONFIG_YAML
+
+
+def test_a_removed_budget_setting_is_named_with_its_line_and_what_replaced_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.yaml"
+    path.write_text("ipx:\n  max_clients: 8\n  unverified_credit_ratio: 16\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {})
+    (error,) = info.value.errors
+    assert error.startswith(f"{path}:"), error
+    assert "unverified_credit_ratio was removed" in error, error
+    assert "unverified_address_bytes_per_second" in error, error
+
+
+def test_a_burst_smaller_than_one_packet_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "small.yaml"
+    path.write_text("ipx:\n  unverified_total_byte_burst: 100\n")
+    with pytest.raises(ConfigError, match="less than one full IPX packet"):
+        load_config(path, {})
+
+
+def test_an_ipxwrapper_network_must_be_a_hosts_own(tmp_path: Path) -> None:
+    path = tmp_path / "net.yaml"
+    path.write_text(
+        "ipx:\n  interfaces:\n    - name: eth0\n      kinds: [ipxwrapper]\n"
+        "      network: ffffffff\n"
+    )
+    with pytest.raises(ConfigError, match="cannot be a host's own network"):
+        load_config(path, {})
+    path.write_text("ipx:\n  interfaces:\n    - name: eth0\n      network: 00000010\n")
+    with pytest.raises(ConfigError, match="in quotes"):  # YAML's octal 8
+        load_config(path, {})
+    path.write_text('ipx:\n  interfaces:\n    - name: eth0\n      network: "0x0000ABCD"\n')
+    assert load_config(path, {}).ipx.interfaces[0].network == "0000abcd"
 
 
 def test_good_file() -> None:

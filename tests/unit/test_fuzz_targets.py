@@ -12,7 +12,7 @@ import pytest
 
 from ipxbridge.policy import relay as relay_mod
 from ipxbridge.policy import switch as switch_mod
-from ipxbridge.policy.budget import TokenBucket
+from ipxbridge.policy.budget import ReflectionLimit
 from ipxbridge.policy.reassembly import Reassembler, ReassemblyLimits
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ipx
@@ -91,11 +91,27 @@ def test_switch_property_catches_a_batch_forwarded_as_one(
 def test_switch_property_catches_amplification_toward_an_unproven_address(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A budget that never says no: the silent client gets a broadcast larger than its
-    # registration, more than it ever sent.
-    monkeypatch.setattr(TokenBucket, "take", lambda *_args: True)
+    # A limit that never says no: the clients that never proved themselves are sent
+    # broadcasts past the bytes per second allowed toward their address.
+    monkeypatch.setattr(ReflectionLimit, "check", lambda *_args: None)
+    # The peer broadcasts three 530-byte packets at once: the two silent clients would get
+    # 1,590 bytes each, past the 600-byte burst their address may get.
+    broadcast = ipx.build_packet(
+        dst_node=ipx.BROADCAST_NODE,
+        dst_socket=0x4545,
+        src_node=bytes.fromhex("00000a0b0c0d"),
+        src_socket=0x4545,
+        payload=b"x" * 500,
+    )
+    peer = targets.ADDRESSES.index(targets.PEER)
+    flood = b"".join(
+        targets.record(bytes((peer, 0)), targets.blob(broadcast[:30] + bytes([n]) + broadcast[31:]))
+        for n in range(3)
+    )
     with pytest.raises(AssertionError):
-        targets.check_switch(TARGETS["switch"].seeds()[0])
+        targets.check_switch(flood)
+    monkeypatch.undo()
+    targets.check_switch(flood)  # the real limit holds the copies past the burst
 
 
 def test_reassembly_property_catches_a_budget_overrun(monkeypatch: pytest.MonkeyPatch) -> None:

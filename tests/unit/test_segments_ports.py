@@ -200,8 +200,8 @@ def test_the_learner_learns_only_from_frames_the_switch_accepted(bench: Bench) -
         (Decision(Outcome.DROPPED, "beacon_unverified"), False),
         (Decision(Outcome.DROPPED, "duplicate"), True),  # its own frame, overtaken by a copy
         (Decision(Outcome.DROPPED, "hop_limit"), False),
-        # Taken, with nowhere to go: its only receiver over budget, nobody else there
-        (Decision(Outcome.DROPPED, "unverified_budget"), True),
+        # Taken, with nowhere to go: its only receiver over the reflection limit
+        (Decision(Outcome.DROPPED, "unverified_rate"), True),
         (Decision(Outcome.DROPPED, "no_destination"), True),
         (Decision(Outcome.DROPPED, "loop"), False),
         (Decision(Outcome.DROPPED, "bad_checksum"), False),
@@ -535,8 +535,34 @@ def test_an_ipxwrapper_program_that_exits_is_no_black_hole_for_its_node(bench: B
             ("10.61.0.2", 50002),
             ("10.61.0.255", wrapper.port),
         ]
-        # Where the socket is unknown, to FFFFFFFF: any IPXWrapper network delivers it.
-        assert wrapper_header(fake.sent[0][0])[0] == b"\xff" * 4
+        # Where the socket is unknown, to the network its node was heard with: IPXWrapper
+        # refuses a unicast to any other, FFFFFFFF included (docs/protocols.md 6).
+        assert wrapper_header(fake.sent[0][0])[0] == ipx.ZERO_NET
+        assert wrapper_header(fake.sent[2][0])[0] == ipx.ZERO_NET
+    finally:
+        wrapper.close()
+
+
+def test_a_unicast_to_an_ipxwrapper_host_carries_its_network_never_ffffffff(bench: Bench) -> None:
+    """IPXWrapper delivers a unicast only if its destination (network, node) is its own
+    exactly (docs/protocols.md 6, "Native mode, addresses"; seen with the real program: 0 of
+    70 with FFFFFFFF). Heard: the network it sent from; never heard: the port's number."""
+    wrapper, port, fake = wrapper_port(bench)
+    try:
+        heard = ipx.build_packet(
+            src_net=b"\x00\x00\x00\x2a",
+            src_node=STATION,
+            src_socket=0x4001,
+            dst_node=ipx.BROADCAST_NODE,
+            dst_socket=0x4001,
+        )
+        port.heard(heard, ("10.61.0.2", 50001), bench.clock.now)
+        port.send(packet(bench.client_node, STATION, sock=0x4009), STATION)  # socket unheard
+        stranger = bytes.fromhex("02005e00beef")
+        port.send(packet(bench.client_node, stranger), stranger)  # node never heard
+        nets = [wrapper_header(sent)[0] for sent, _ in fake.sent]
+        assert nets == [b"\x00\x00\x00\x2a", b"\x00\x00\x00\x01"]  # 00000001: default
+        assert ipx.ALL_NETS not in nets
     finally:
         wrapper.close()
 

@@ -279,15 +279,15 @@ def test_duplicates_inside_and_across_batches_are_dropped() -> None:
     assert outcomes(sw.handle(batch(NATIVE, [lone]), PEER, 2.1)) == [(Outcome.DROPPED, "duplicate")]
 
 
-def test_the_unverified_budget_is_spent_per_packet() -> None:
-    sw = switch(
-        unverified_packet_burst=2, unverified_packets_per_second=0.0, unverified_byte_burst=4096
-    )
-    register(sw, C)  # C has not proved it receives: two packets, then nothing
-    inner = [raw(BROADCAST, node(A), bytes((i,))) for i in range(4)]
+def test_the_reflection_limit_is_spent_per_packet() -> None:
+    # C has not proved it receives: its address may get 600 bytes (less its 30-byte reply,
+    # and copies leave 60 for a probe and a reply): four 151-byte packets, then nothing.
+    sw = switch(unverified_address_bytes_per_second=0.0, unverified_address_byte_burst=700)
+    register(sw, C)
+    inner = [raw(BROADCAST, node(A), bytes((i,)) * 121) for i in range(6)]
     d = sw.handle(batch(node(A), inner), A, 1.0)
-    assert [C in one.targets for _, one in d.inner] == [True, True, False, False]
-    assert [one.held for _, one in d.inner] == [0, 0, 1, 1]
+    assert [C in one.targets for _, one in d.inner] == [True] * 4 + [False] * 2
+    assert [one.held for _, one in d.inner] == [0] * 4 + [1] * 2
     assert {o for o, _ in outcomes(d)} == {Outcome.FORWARDED}  # B and the rest still get it
 
 

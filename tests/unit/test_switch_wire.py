@@ -26,6 +26,7 @@ WRAP = Segment("lan0", PortKind.IPXWRAPPER)
 ADDR = {"b1": ("10.45.0.1", 213), "b2": ("10.45.0.2", 213)}
 IDS = {"b1": bytes.fromhex("020000000001"), "b2": bytes.fromhex("020000000002")}
 KEY = b"sixteen or more bytes of secret"
+STATION = "station"  # the link-layer source of the station's own frames
 STEP_LIMIT = 5_000  # far more than any finite exchange here needs; a loop hits it
 
 
@@ -62,16 +63,18 @@ def play(
     Returns the copies each bridge put on each segment, and the steps it took.
     """
     names = ["b1"] if late else list(bridges)
-    queue: list[tuple[str, Port, bytes]] = [(name, kind, packet) for name in names]
+    # (bridge that reads it, port, packet, link-layer source: the station's, or the bridge
+    # whose port sent the copy, as the I/O layer passes it)
+    queue: list[tuple[str, Port, bytes, str]] = [(name, kind, packet, STATION) for name in names]
     on_wire: Counter[tuple[str, Segment]] = Counter()
     steps = 0
     while queue and steps < STEP_LIMIT:
         steps += 1
-        name, port, data = queue.pop(0)
+        name, port, data, source = queue.pop(0)
         sw = bridges[name]
         other = "b2" if name == "b1" else "b1"
         if isinstance(port, Segment):
-            decision = sw.handle_segment(port, data, now)
+            decision = sw.handle_segment(port, data, now, sender=source)
         else:
             decision = sw.handle(data, port, now)
         sent: list[tuple[bytes, Port]] = list(decision.replies)
@@ -82,13 +85,13 @@ def play(
                 if not ipx.is_beacon(ipx.parse_header(out), out):
                     on_wire[(name, target)] += 1
                 copy = strip_hops(out) if target.kind is PortKind.IPXWRAPPER else out
-                queue.append((other, target, copy))  # the other bridge hears the wire
+                queue.append((other, target, copy, name))  # the other bridge hears the wire
             elif target in ADDR.values():
-                queue.append((other, ADDR[name], out))  # over the peer link
+                queue.append((other, ADDR[name], out, name))  # over the peer link
         now += 0.0001  # a LAN's round trip is well under a millisecond
         if late and not queue and names == ["b1"]:
             names = ["b2"]
-            queue.append(("b2", kind, packet))
+            queue.append(("b2", kind, packet, STATION))
     return on_wire, steps
 
 
@@ -102,7 +105,7 @@ def converge(bridges: dict[str, IpxSwitch]) -> float:
                     if peer == name:
                         continue
                     if isinstance(target, Segment):
-                        other.handle_segment(target, packet, now)
+                        other.handle_segment(target, packet, now, sender=name)
                     else:
                         other.handle(packet, ADDR[name], now)
         now += 5.0
