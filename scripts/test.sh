@@ -25,11 +25,12 @@ die() {
 # and systemd-analyze to check the deployment files; podman, buildah, runc and debootstrap to
 # build the container image on a local Debian base and run it (tests/integration/
 # test_container.py; there is no Docker engine or registry, docker-compose talks to podman);
-# python3-venv so Debian's and Ubuntu's python3 can make the virtual environment.
+# python3-venv so Debian's and Ubuntu's python3 can make the virtual environment; nasm
+# assembles the DOS programs the DOSBox listener tests run (tests/integration/dos/).
 APT_PACKAGES=(
     dosbox iproute2 util-linux tshark tcpdump wireguard-go wireguard-tools nftables
     prometheus chromium docker-compose shellcheck systemd podman buildah runc debootstrap
-    python3-venv
+    python3-venv nasm
 )
 PYTHON=${PYTHON:-python3}
 VENV=.venv
