@@ -662,3 +662,47 @@ def test_coalesced_batch_reaches_every_port_as_its_packets(net: Netns, workdir: 
         assert port_count(metrics, "dosbox", "tunnel", "dropped", "filtered_socket") == 1
         assert port_count(metrics, "dosbox", "tunnel", "dropped", "spoofed_source") == 1
         station.close()
+
+
+@pytest.mark.netns
+def test_ipxwrapper_unicasts_between_two_sites_carry_the_receivers_network(
+    net: Netns, workdir: Path
+) -> None:
+    """IPXWrapper delivers a unicast only if its destination (network, node) is its own
+    exactly; FFFFFFFF is refused (docs/protocols.md 6, "Native mode, addresses"; the
+    stand-in checks as router.c does). Two sites, a bridge at each, RFC 1234 peers; an
+    IPXWrapper PC at each site on network 00000001, IPXWrapper's default. B's game listens on
+    a socket it never sent from (each program sends from its own socket), so bridge B has
+    heard B's node but not that socket: the unicast goes to B's subnet broadcast, and must
+    carry B's network."""
+    net1 = b"\x00\x00\x00\x01"
+    sa, sb, pa, pb = net.add("sa"), net.add("sb"), net.add("pa"), net.add("pb")
+    net.link(sa, "wan", "10.93.0.1/24", sb, "wan", "10.93.0.2/24")
+    net.link(sa, "lan", "10.91.1.1/24", pa, "eth0", "10.91.1.2/24")
+    net.link(sb, "lan", "10.92.1.1/24", pb, "eth0", "10.92.1.2/24")
+    iface = ("--ipx-iface", "lan:ipxwrapper")
+    bridge_a = BridgeProcess(net, sa, "--peer", "10.93.0.2", *iface, log_dir=workdir)
+    bridge_b = BridgeProcess(net, sb, "--peer", "10.93.0.1", *iface, log_dir=workdir)
+    node_a, node_b = bytes.fromhex("02000000000a"), bytes.fromhex("02000000000b")
+    station_a = IpxWrapperStation(pa, "10.91.1.2/24", node_a, network=net1)
+    station_b = IpxWrapperStation(pb, "10.92.1.2/24", node_b, network=net1)
+    try:
+        for bridge in (bridge_a, bridge_b):
+            bridge.wait_for(r"lan/ipxwrapper \(lan, broadcast 10\.9[12]\.1\.255", 10)
+        lobby, game = 0x5001, 0x5000
+        station_a.bind(lobby)
+        station_b.bind(game)
+        # B's lobby tool says it is there, from its own socket; A learns B's node from it.
+        station_b.send(ipx.BROADCAST_NODE, lobby, lobby, b"B is here")
+        assert station_a.receive(lobby, timeout=5).src_node == node_b
+        for n in range(10):
+            station_a.send(node_b, game, lobby, b"unicast %d" % n, dst_net=net1)
+        got = [station_b.receive(game, timeout=5) for _ in range(10)]
+        assert [p.data for p in got] == [b"unicast %d" % n for n in range(10)]
+        assert {(p.dst_net, p.dst_node) for p in got} == {(net1, node_b)}
+        assert SUBNET_DROP not in [why for why, _ in station_b.dropped]
+    finally:
+        station_a.close()
+        station_b.close()
+        assert bridge_a.stop() == 0
+        assert bridge_b.stop() == 0

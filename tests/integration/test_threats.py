@@ -160,10 +160,12 @@ def test_r24_a_quiet_proven_station_survives_a_mac_flood_and_evictions_are_count
 
 
 @pytest.mark.netns
-def test_rejoin_and_registration_amplification_at_most_one(threats: dict[str, Any]) -> None:
+def test_a_rejoin_reflects_nothing_and_registrations_stay_within_the_address_rate(
+    threats: dict[str, Any],
+) -> None:
     v, rows = attack(threats, "rejoin")
-    assert v["rejoin_baf"] <= 1.0, rows
-    assert v["registration_baf"] <= 1.0, rows
+    assert v["rejoin_baf"] <= 1.0, rows  # keyed nodes: the spoofer cannot rejoin at all
+    assert 0 < v["registration_out"] <= v["registration_bound"], rows
 
 
 @pytest.mark.netns
