@@ -50,6 +50,7 @@ EXPECTED_ALERTS = {
     "IpxbridgeRestarting": "warning",
     "IpxbridgeSendErrors": "warning",
     "IpxbridgeConfigReloadFailed": "warning",
+    "IpxbridgeUnverifiedLimitReached": "warning",
 }
 # Alerts whose labels carry `interface` must name it in their description; ratio alerts
 # must print the ratio as a percentage.
