@@ -115,7 +115,7 @@ class ReflectionLimit:
         a probe and a registration reply, so a client kept busy can still prove itself).
         """
         size += reserve
-        total = min(self.total_burst, self._total + (now - self._total_at) * self.total_rate)
+        total = _refilled(self._total, self._total_at, now, self.total_rate, self.total_burst)
         if total < size:
             return BOUND_TOTAL
         bucket = self._addresses.get(ip)
@@ -124,15 +124,15 @@ class ReflectionLimit:
                 return BOUND_ADDRESS
             tokens = float(self.address_burst)
         else:
-            tokens = min(self.address_burst, bucket[0] + (now - bucket[1]) * self.address_rate)
+            tokens = _refilled(bucket[0], bucket[1], now, self.address_rate, self.address_burst)
         return BOUND_ADDRESS if tokens < size else None
 
     def spend(self, ip: str, size: int, now: float) -> None:
         """Book ``size`` bytes sent to ``ip`` (after ``check`` said yes)."""
         self._total = (
-            min(self.total_burst, self._total + (now - self._total_at) * self.total_rate) - size
+            _refilled(self._total, self._total_at, now, self.total_rate, self.total_burst) - size
         )
-        self._total_at = now
+        self._total_at = max(self._total_at, now)
         addresses = self._addresses
         bucket = addresses.pop(ip, None)
         if bucket is None:
@@ -140,7 +140,8 @@ class ReflectionLimit:
                 addresses.popitem(last=False)  # refilled: ``_room`` checked it
             tokens = float(self.address_burst)
         else:
-            tokens = min(self.address_burst, bucket[0] + (now - bucket[1]) * self.address_rate)
+            tokens = _refilled(bucket[0], bucket[1], now, self.address_rate, self.address_burst)
+            now = max(now, bucket[1])
         addresses[ip] = [tokens - size, now]
         self.sent_bytes += size
         self.sent_packets += 1
@@ -164,7 +165,10 @@ class ReflectionLimit:
     def _room(self, now: float) -> bool:
         """Whether the least recently used bucket has refilled, so it may make room."""
         bucket = next(iter(self._addresses.values()))
-        return bucket[0] + (now - bucket[1]) * self.address_rate >= self.address_burst
+        return (
+            _refilled(bucket[0], bucket[1], now, self.address_rate, self.address_burst)
+            >= self.address_burst
+        )
 
     def purge(self, now: float) -> int:
         """Forget buckets that have refilled (from the front); returns how many."""
@@ -173,8 +177,18 @@ class ReflectionLimit:
         rate, burst = self.address_rate, self.address_burst
         while addresses:
             tokens, at = next(iter(addresses.values()))
-            if tokens + (now - at) * rate < burst:
+            if _refilled(tokens, at, now, rate, burst) < burst:
                 break
             addresses.popitem(last=False)
             removed += 1
         return removed
+
+
+def _refilled(tokens: float, at: float, now: float, rate: float, burst: int) -> float:
+    """A bucket's tokens at ``now``: ``tokens`` at ``at`` plus ``rate`` since, up to ``burst``.
+
+    A ``now`` before ``at`` adds nothing (callers' clocks may be read a moment apart).
+    """
+    if now <= at:
+        return tokens
+    return min(float(burst), tokens + (now - at) * rate)
