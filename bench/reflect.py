@@ -631,6 +631,7 @@ def run_case(
         "counter_drops": victims.kernel_drops + listened.kernel_drops,
         "unverified_clients_after": sum(not c["verified"] for c in registered),
         "tracebacks": log.count("Traceback"),
+        "traceback": log[log.find("Traceback") :][:4000] if "Traceback" in log else "",
     }
 
 
@@ -655,7 +656,9 @@ def verdict(r: dict[str, Any], limits: Limits, agree: float) -> list[str]:
     if r["counter_drops"]:
         out.append(f"the wire counter lost {r['counter_drops']} datagrams")
     if r["tracebacks"]:
-        out.append(f"{r['tracebacks']} tracebacks in the bridge's log")
+        out.append(
+            f"{r['tracebacks']} tracebacks in the bridge's log, the first:\n{r['traceback']}"
+        )
     return out
 
 
