@@ -4,6 +4,8 @@ import hashlib
 import hmac
 from ipaddress import IPv4Network
 
+import pytest
+
 from ipxbridge.policy.switch import (
     FIRST_PROBE_DELAY,
     Address,
@@ -846,3 +848,31 @@ def test_a_client_sending_the_same_broadcast_35_times_a_second_reaches_everyone_
             d = sw.handle(data(node(addr), payload=b"burst"), addr, 2 + i / 500)
             copies += len(d.targets)
     assert copies == 500 * 16 * 15
+
+
+def test_a_full_table_of_young_registrations_is_not_walked_for_each_newcomer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A flood of spoofed registrations from many addresses keeps the unverified table full of
+    # entries younger than PROOF_WAIT, none of which can have had its chance: each newcomer
+    # is refused after one look, not a walk over the whole table (bench/reflect.py, R26).
+    sw = make(max_unverified=256)
+    looked: list[Address] = []
+    chance = IpxSwitch._had_its_chance
+
+    def counting(self: IpxSwitch, addr: Address, now: float) -> bool:
+        looked.append(addr)
+        return chance(self, addr, now)
+
+    monkeypatch.setattr(IpxSwitch, "_had_its_chance", counting)
+    for i in range(256):
+        register(sw, (f"10.9.{i // 250}.{i % 250 + 1}", 5000), i / 1000)
+    refused = [sw.handle(ipx.build_registration(), ("10.8.0.1", 6000 + n), 0.3) for n in range(100)]
+    assert {d.detail for d in refused} == {"unverified_full"}
+    assert looked == []
+    # Two seconds on, the oldest had its chance (its probe went at 1 s, unanswered): the
+    # newcomer takes its place after one look.
+    sw.tick(1.0)
+    assert register(sw, ("10.8.0.2", 7000), 2.1) == node(("10.8.0.2", 7000))
+    assert len(looked) == 1
+    assert ("10.9.0.1", 5000) not in sw.clients
