@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 # Interface kinds we distinguish (IFLA_INFO_KIND, iproute2's "ip -d link" second line).
-KINDS: Final = ("loopback", "ethernet", "veth", "bridge", "tun", "wireguard", "other")
-Kind = Literal["loopback", "ethernet", "veth", "bridge", "tun", "wireguard", "other"]
+KINDS: Final = ("loopback", "ethernet", "veth", "bridge", "tun", "tap", "wireguard", "other")
+Kind = Literal["loopback", "ethernet", "veth", "bridge", "tun", "tap", "wireguard", "other"]
 
 # net_device_flags, include/uapi/linux/if.h. Order = the order ``ip link`` prints them in.
 IFF_UP: Final = 0x1
@@ -256,8 +256,11 @@ def classify_kind(
         return "veth"
     if link_kind == "bridge":
         return "bridge"
-    if link_kind == "tun":  # tun and tap both (the tun driver); role tells them apart
-        return "tun"
+    if link_kind == "tun":
+        # The tun driver makes both (OpenVPN's dev tun and dev tap, tinc's router and switch
+        # modes): a tap device carries Ethernet frames (ARPHRD_ETHER), a tun device bare IP
+        # packets (ARPHRD_NONE).
+        return "tap" if link_type == ARPHRD_ETHER else "tun"
     if link_kind is None and link_type == ARPHRD_ETHER:
         return "ethernet"
     return "other"

@@ -623,3 +623,24 @@ def _iface(name: str) -> Interface:
         addresses=(InterfaceAddress.compute("10.1.2.3", 24),),
         default_route_metric=None,
     )
+
+
+@pytest.mark.netns
+def test_a_tap_device_is_told_from_a_tun_device(net: Netns) -> None:
+    """The tun driver makes both kinds: OpenVPN's ``dev tap`` and tinc's switch mode carry
+    Ethernet frames (ARPHRD_ETHER, broadcast-capable: role lan), ``dev tun`` and tinc's router
+    mode bare IP packets (point-to-point: role p2p). ``interfaces`` says which."""
+    ns = net.add("tt")
+    for dev, mode, address in (("tap7", "tap", "10.62.7.1/24"), ("tun7", "tun", "10.62.8.1/24")):
+        sh("ip", "-n", ns, "tuntap", "add", "dev", dev, "mode", mode)
+        sh("ip", "-n", ns, "addr", "add", address, "dev", dev)
+        sh("ip", "-n", ns, "link", "set", dev, "up")
+    res = interfaces_cmd(net, ns, "--json")
+    assert res.returncode == 0, res.stderr
+    found = by_name(json.loads(res.stdout)["interfaces"])
+    assert (found["tap7"]["kind"], found["tap7"]["role"]) == ("tap", "lan")
+    assert (found["tun7"]["kind"], found["tun7"]["role"]) == ("tun", "p2p")
+    text = interfaces_cmd(net, ns)
+    assert text.returncode == 0, text.stderr
+    (tap_line,) = [line for line in text.stdout.splitlines() if "tap7" in line]
+    assert "tap" in tap_line.replace("tap7", ""), text.stdout

@@ -187,6 +187,7 @@ def test_is_up(flags: int, operstate: str, up: bool) -> None:
         ("veth", VETH, ARPHRD_ETHER, False, "veth"),
         ("bridge", VETH, ARPHRD_ETHER, False, "bridge"),
         ("tun", TUN_NO_OWNER, ARPHRD_NONE, False, "tun"),
+        ("tun", VETH, ARPHRD_ETHER, False, "tap"),  # OpenVPN dev tap, tinc switch mode
         ("tun", WG_GO, ARPHRD_NONE, True, "wireguard"),  # wireguard-go: tun + UAPI socket
         ("wireguard", WG_GO, ARPHRD_NONE, False, "wireguard"),  # kernel WireGuard
         ("vlan", VETH, ARPHRD_ETHER, False, "other"),
