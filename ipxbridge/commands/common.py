@@ -5,6 +5,7 @@ start-up error. Errors are one clear line each, never a traceback.
 """
 
 import argparse
+import ipaddress
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias
@@ -96,6 +97,26 @@ def iface_arg(text: str) -> str:
         return check_interface_pattern(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def relay_iface_arg(text: str) -> dict[str, Any]:
+    """``--iface NAME[:PEER,PEER]``: a ``relay.interfaces`` entry; peers make it p2p.
+
+    The peers are where a point-to-point VPN's copies go, one unicast each (OpenVPN, tinc,
+    Nebula: their peers cannot be read from the interface, as WireGuard's AllowedIPs can).
+    """
+    name, sep, peers = text.partition(":")
+    entry: dict[str, Any] = {"name": iface_arg(name)}
+    if sep:
+        chosen = [p.strip() for p in peers.split(",")]
+        try:
+            entry["peers"] = [str(ipaddress.IPv4Address(p)) for p in chosen]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{peers!r}: peers are IPv4 addresses, comma-separated (NAME:10.8.0.2,10.8.0.3)"
+            ) from None
+        entry["role"] = "p2p"
+    return entry
 
 
 def ipx_iface_arg(text: str) -> dict[str, Any]:

@@ -52,9 +52,9 @@ from ipxbridge.commands.common import (
     EXIT_USAGE,
     SubParsers,
     add_command,
-    iface_arg,
     ipx_iface_arg,
     port_arg,
+    relay_iface_arg,
 )
 from ipxbridge.commands.common import report as report_errors
 from ipxbridge.config import (
@@ -171,12 +171,13 @@ def add_parser(sub: SubParsers) -> None:
     parser.add_argument("--json", action="store_true", help="JSON: the plan and every interface")
     parser.add_argument(
         "--iface",
-        type=iface_arg,
+        type=relay_iface_arg,
         action="append",
         default=[],
-        metavar="PATTERN",
-        help="relay interface as on `run`: name, glob (wg*) or CIDR; repeatable; replaces "
-        "the config's relay.interfaces (with neither: what --iface '*' would do)",
+        metavar="PATTERN[:PEER,PEER]",
+        help="relay interface as on `run`: name, glob (wg*) or CIDR, with its peers if "
+        "point-to-point; repeatable; replaces the config's relay.interfaces (with neither: "
+        "what --iface '*' would do)",
     )
     parser.add_argument(
         "--relay-port",
@@ -703,7 +704,7 @@ def run(args: argparse.Namespace) -> int:
 
     flags: dict[str, Any] = {}
     if args.iface:  # as `run --iface` (commands.run.flags): replaces relay.interfaces
-        flags.setdefault("relay", {})["interfaces"] = [{"name": n} for n in args.iface]
+        flags.setdefault("relay", {})["interfaces"] = list(args.iface)
     if args.relay_port:
         flags.setdefault("relay", {})["ports"] = list(dict.fromkeys(args.relay_port))
     if args.ipx_iface:  # as `run --ipx-iface`: replaces ipx.interfaces

@@ -12,10 +12,10 @@ from ipxbridge.commands.common import (
     EXIT_USAGE,
     SubParsers,
     add_command,
-    iface_arg,
     ipx_iface_arg,
     listen_arg,
     peer_arg,
+    relay_iface_arg,
     report,
 )
 from ipxbridge.config import ConfigError, load_config
@@ -64,10 +64,12 @@ def add_parser(sub: SubParsers) -> None:
     )
     run_parser.add_argument(
         "--iface",
-        type=iface_arg,
+        type=relay_iface_arg,
         action="append",
-        metavar="NAME",
-        help="relay broadcasts on this interface (name, glob or CIDR), repeatable",
+        metavar="NAME[:PEER,PEER]",
+        help="relay broadcasts on this interface (name, glob or CIDR), repeatable; with peers "
+        "(IPv4, comma-separated) it is point-to-point and each peer gets a unicast copy "
+        "(OpenVPN, tinc, Nebula; WireGuard's are read from the interface)",
     )
     run_parser.add_argument(
         "--ipx-iface",
@@ -123,7 +125,7 @@ def flags(args: argparse.Namespace) -> dict[str, Any]:
     if args.peer:
         out.setdefault("ipx", {})["peers"] = list(args.peer)
     if args.iface:
-        out.setdefault("relay", {})["interfaces"] = [{"name": n} for n in args.iface]
+        out.setdefault("relay", {})["interfaces"] = list(args.iface)
     if args.ipx_iface:
         out.setdefault("ipx", {})["interfaces"] = list(args.ipx_iface)
     if args.relay_port:

@@ -365,6 +365,26 @@ def test_bad_ipx_iface_flag_exits_2_naming_the_flag(command: str, text: str, mes
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.parametrize("command", ["run", "interfaces"])
+def test_iface_flag_with_peers_makes_a_p2p_relay_entry(command: str) -> None:
+    """OpenVPN, tinc and Nebula peers cannot be read from their interface, as WireGuard's
+    AllowedIPs can: ``--iface NAME:PEER,PEER`` gives them on the command line."""
+    args = build_parser().parse_args(
+        [command, "--iface", "tun0:10.8.0.2, 10.8.0.3", "--iface", "eth0"]
+    )
+    assert args.iface == [
+        {"name": "tun0", "role": "p2p", "peers": ["10.8.0.2", "10.8.0.3"]},
+        {"name": "eth0"},
+    ]
+    cfg = load_config(None, {}, {"relay": {"interfaces": args.iface}})
+    tun = cfg.relay.interfaces[0]
+    assert (tun.name, tun.role, tuple(tun.peers)) == ("tun0", "p2p", ("10.8.0.2", "10.8.0.3"))
+    res = run_cli(command, "--iface", "tun0:10.8.0.999")
+    assert res.returncode == 2
+    assert "argument --iface: '10.8.0.999': peers are IPv4 addresses" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
 @pytest.mark.parametrize(
     ("text", "host", "port"),
     [("h", "h", 213), ("10.0.0.1:5000", "10.0.0.1", 5000), ("a-b.example:1", "a-b.example", 1)],
