@@ -94,8 +94,9 @@ ipx:
   # can reach. Others are dropped and counted as not_allowed.
   clients_allow: []
   # Loop protection between bridges: copies arriving via another port within this window
-  # are dropped; identical packets via the same port pass, but never leave by one port
-  # more than once in 0.25 s (the bound that also stops loops without a hop count).
+  # are dropped; identical packets via the same port pass (games repeat themselves), but a
+  # copy back by another way never leaves by a port the packet left by in the last 0.25 s
+  # (the bound that also stops loops without a hop count).
   dedup_window: 2.0
   # Never relay NetBIOS/SMB/NCP/SAP/RIP/SNMP sockets (file sharing, not games).
   filter_sockets: true
