@@ -33,7 +33,7 @@ def assemble(out_dir: Path) -> Path:
         source = SOURCES / f"{name.lower()}.asm"
         target = out_dir / f"{name}.COM"
         res = subprocess.run(
-            ["nasm", "-f", "bin", "-o", str(target), str(source)],
+            ["nasm", "-f", "bin", "-i", f"{source.parent}/", "-o", str(target), str(source)],
             capture_output=True,
             text=True,
             timeout=30,

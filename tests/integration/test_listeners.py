@@ -90,6 +90,20 @@ def assert_books_balance(bridge: BridgeProcess) -> None:
     assert c["received"] == c["forwarded"] + c["control"] + c["dropped"], c
 
 
+def assert_every_broadcast_heard(
+    sent: dosprog.Tally, received: dosprog.Tally, count: int, *bridges: BridgeProcess
+) -> None:
+    """IPXSEND sent ``count`` without error, IPXRECV heard each of them once, and every
+    bridge's books balance."""
+    where = [stop_line(b) for b in bridges]
+    assert (sent.count, sent.errors) == (count, 0), sent
+    assert received.errors == 0, received
+    assert received.count == count, (received, where)
+    assert sorted(received.payloads) == sorted(expected_payloads(count)), received
+    for bridge in bridges:
+        assert_books_balance(bridge)
+
+
 @pytest.mark.netns
 @pytest.mark.dosbox
 def test_a_dosbox_that_only_listens_hears_every_broadcast(
@@ -112,11 +126,7 @@ def test_a_dosbox_that_only_listens_hears_every_broadcast(
         )
     finally:
         assert bridge.stop() == 0
-    assert (sent.count, sent.errors) == (5, 0), sent
-    assert received.errors == 0, received
-    assert received.count == 5, (received, stop_line(bridge))
-    assert sorted(received.payloads) == sorted(expected_payloads(5)), received
-    assert_books_balance(bridge)
+    assert_every_broadcast_heard(sent, received, 5, bridge)
 
 
 @pytest.mark.netns
@@ -143,9 +153,4 @@ def test_a_listening_dosbox_hears_broadcasts_from_the_other_site(
     finally:
         assert bridge_a.stop() == 0
         assert bridge_b.stop() == 0
-    assert (sent.count, sent.errors) == (20, 0), sent
-    assert received.errors == 0, received
-    assert received.count == 20, (received, stop_line(bridge_a), stop_line(bridge_b))
-    assert sorted(received.payloads) == sorted(expected_payloads(20)), received
-    assert_books_balance(bridge_a)
-    assert_books_balance(bridge_b)
+    assert_every_broadcast_heard(sent, received, 20, bridge_a, bridge_b)
