@@ -23,7 +23,9 @@ inspection limit), where the layout before the maps walked 16.
      rule on one byte.
   2. ``meta pkttype broadcast udp dport <ports> iifname vmap { <lan ingress> : goto check_<n> }``.
   3. ``udp dport <ports> iifname . ip daddr . udp dport vmap { ... : goto check_<n> }``: on a
-     p2p interface, datagrams to the bridge's own tunnel address stand in for broadcasts.
+     p2p interface broadcasts are datagrams to 255.255.255.255 or the subnet's broadcast (a
+     tun device has no link layer, so no pkttype broadcast), and datagrams to the bridge's own
+     tunnel address stand in for them.
   4. ``ip frag-off & 0x1fff != 0 goto fragments``: later fragments carry no UDP header; chain
      ``fragments`` sends unmarked ones of the same ingresses to ``frag_<n>`` (sources, TTL),
      so a 3000-byte broadcast arrives whole without defragmenting (conntrack) on the way.
@@ -78,7 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from ipxbridge.policy.relay import DSCP_MARK, INVALID_SOURCES, Egress
+from ipxbridge.policy.relay import DSCP_MARK, INVALID_SOURCES, LIMITED_BROADCAST, Egress
 from ipxbridge.wire.directplay import DP8_QUERY_LEAD, SIGNATURE, SIGNATURE_OFFSET
 
 logger = logging.getLogger(__name__)
@@ -162,9 +164,29 @@ def ruleset(
         if ing.role == "lan":  # broadcasts (``meta pkttype broadcast``)
             lan.append(f'"{ing.name}" : goto check_{n}')
             frag_lan.append(f'"{ing.name}" : goto frag_{n}')
-        else:  # the remote side's stand-in for one: datagrams to our tunnel address
-            p2p += [f'"{ing.name}" . {ing.address} . {p} : goto check_{n}' for p in ordered_ports]
-            frag_p2p.append(f'"{ing.name}" . {ing.address} : goto frag_{n}')
+        else:
+            # On a tun interface a broadcast is not pkttype broadcast (there is no link
+            # layer): it is a datagram to 255.255.255.255 or to the subnet's broadcast, as
+            # OpenVPN and tinc deliver a peer's; the remote side's stand-in for one is a
+            # datagram to our tunnel address. The same ones the Python path takes as
+            # broadcasts (policy/relay.py), so what it books as copied the kernel copied.
+            arrivals = dict.fromkeys(
+                (
+                    ing.address,
+                    LIMITED_BROADCAST,
+                    *(
+                        str(net.broadcast_address)
+                        for net in map(ipaddress.IPv4Network, ing.networks)
+                        if net.prefixlen < 31
+                    ),
+                )
+            )
+            p2p += [
+                f'"{ing.name}" . {a} . {p} : goto check_{n}'
+                for a in arrivals
+                for p in ordered_ports
+            ]
+            frag_p2p += [f'"{ing.name}" . {a} : goto frag_{n}' for a in arrivals]
         on_link = ing.networks if ing.role == "lan" else None
         chains += _check_chains(
             n, own=own, invalid=invalid, on_link=on_link, longest=longest if pairs else 0

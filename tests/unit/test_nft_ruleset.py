@@ -56,6 +56,15 @@ def test_the_common_broadcast_walks_ten_rules_and_is_copied() -> None:
     # over p2p, to the tunnel address: the same checks but the off-link one
     wg = run(SCRIPT, Packet("wg0", "192.168.7.20", daddr="10.98.0.1", pkttype="host"))
     assert (wg.copies, wg.walked) == (["wg0>lanA", "wg0>lanB"], 12)
+    # and a broadcast as a tun device delivers one (no link layer: pkttype host), to
+    # 255.255.255.255 (tinc router mode, OpenVPN tun) or to the tunnel subnet's broadcast;
+    # the Python path takes both as broadcasts too, so what it books the kernel copies
+    for daddr in ("255.255.255.255", "10.98.0.255"):
+        tun = run(SCRIPT, Packet("wg0", "192.168.7.20", daddr=daddr, pkttype="host"))
+        assert (tun.copies, tun.walked) == (["wg0>lanA", "wg0>lanB"], 12), daddr
+    # a datagram to another address on the tunnel is not a broadcast
+    other = run(SCRIPT, Packet("wg0", "192.168.7.20", daddr="10.98.0.7", pkttype="host"))
+    assert (other.copies, other.verdict) == ([], "accept")
 
 
 def test_fanout_starts_with_a_cheap_test_and_one_lookup_per_kind_of_ingress() -> None:
@@ -66,7 +75,10 @@ def test_fanout_starts_with_a_cheap_test_and_one_lookup_per_kind_of_ingress() ->
         "meta pkttype broadcast udp dport { 6073, 47624 }"
         ' iifname vmap { "lanA" : goto check_0, "lanB" : goto check_1 }',
         "udp dport { 6073, 47624 } iifname . ip daddr . udp dport vmap"
-        ' { "wg0" . 10.98.0.1 . 6073 : goto check_2, "wg0" . 10.98.0.1 . 47624 : goto check_2 }',
+        ' { "wg0" . 10.98.0.1 . 6073 : goto check_2, "wg0" . 10.98.0.1 . 47624 : goto check_2,'
+        ' "wg0" . 255.255.255.255 . 6073 : goto check_2,'
+        ' "wg0" . 255.255.255.255 . 47624 : goto check_2,'
+        ' "wg0" . 10.98.0.255 . 6073 : goto check_2, "wg0" . 10.98.0.255 . 47624 : goto check_2 }',
         # later fragments (no UDP header to match) behind one test
         "ip frag-off & 0x1fff != 0 goto fragments",
     ]
