@@ -79,7 +79,10 @@ from ipxbridge.wire.ipx import IPX_UDP_PORT
 from ipxbridge.wire.ipxwrapper import IPXWRAPPER_UDP_PORT
 
 EVERY_INTERFACE: Final = "*"  # the preview selection when the relay is off
-NO_PEERS: Final = "p2p: no peers known — nothing would be sent; give peers in the config"
+NO_PEERS: Final = (
+    "p2p: no peers known — nothing would be sent; give peers in the config or with --iface "
+    "NAME:PEER,PEER"
+)
 FEW_EGRESSES: Final = "the relay needs at least two usable interfaces"
 EXAMPLES: Final = (
     ("ipxbridge interfaces", "every interface, and what the relay would do with --iface '*'"),
@@ -230,7 +233,9 @@ def _p2p_action(
 ) -> str:
     if not egress.peers:
         return NO_PEERS
-    source = _peer_source(iface, sel.peers if sel is not None else (), wg)
+    source = _peer_source(
+        iface, sel.peers if sel is not None else (), wg, "given in the config or --iface"
+    )
     return f"p2p: unicast copy to each peer: {', '.join(egress.peers)} ({source})"
 
 
@@ -243,10 +248,13 @@ def _arrivals(egress: Egress, bcasts: Mapping[int, frozenset[str]]) -> str:
 
 
 def _peer_source(
-    iface: Interface, entry_peers: Sequence[str], wg: Mapping[str, Sequence[str]]
+    iface: Interface,
+    entry_peers: Sequence[str],
+    wg: Mapping[str, Sequence[str]],
+    given: str = "from the config",
 ) -> str:
     if entry_peers:
-        return "from the config"
+        return given
     if iface.kind == "wireguard" and wg.get(iface.name):
         return "from WireGuard AllowedIPs"
     return "from the point-to-point peer address"

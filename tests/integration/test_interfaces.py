@@ -311,7 +311,7 @@ def test_interfaces_reads_the_relay_config(
         "p2p", "", ["10.61.2.9"],
     )  # fmt: skip
     assert by_name(doc["interfaces"])["br0"]["action"] == (
-        "p2p: unicast copy to each peer: 10.61.2.9 (from the config)"
+        "p2p: unicast copy to each peer: 10.61.2.9 (given in the config or --iface)"
     )
     assert plan[wg_name]["peers"] == ["10.98.0.2"]
 

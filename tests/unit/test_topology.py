@@ -436,7 +436,9 @@ def test_plan_roles_and_peers_from_the_config() -> None:
     report = describe(TOPO, selections, {})  # no WireGuard peers read (yet)
     items = {p.interface.name: p for p in report.interfaces}
     assert items["eth1"].role == "p2p"
-    assert items["eth1"].action == ("p2p: unicast copy to each peer: 10.5.0.9 (from the config)")
+    assert items["eth1"].action == (
+        "p2p: unicast copy to each peer: 10.5.0.9 (given in the config or --iface)"
+    )
     assert items["eth0"].role == "lan"
     assert items["wg0"].action == NO_PEERS
     assert report.egresses == build_plan(TOPO, selections, {})[0]
