@@ -35,6 +35,7 @@ from pydantic import (
 from ipxbridge.errors import IpxbridgeError
 from ipxbridge.policy.relay import DEFAULT_RELAY_PORTS
 from ipxbridge.wire.ipx import DEFAULT_FILTERED_SOCKETS, IPX_UDP_PORT
+from ipxbridge.wire.ipxwrapper import IPXWRAPPER_DEFAULT_NET
 
 DEFAULT_IPX_PORT: Final = IPX_UDP_PORT
 # The server side of the uplink protocol takes its password from here when ipx.uplink_password_file
@@ -373,7 +374,7 @@ class IpxInterface(_Model):
     # ipxwrapper: the IPX network number of the hosts there (8 hex digits; IPXWrapper's
     # default is 00000001). A unicast carries the receiver's network, as heard from it, else
     # this: IPXWrapper refuses a unicast to any other, FFFFFFFF included.
-    network: Annotated[str, BeforeValidator(_ipx_network)] = "00000001"
+    network: Annotated[str, BeforeValidator(_ipx_network)] = IPXWRAPPER_DEFAULT_NET.hex()
 
     @field_validator("kinds")
     @classmethod
@@ -448,13 +449,16 @@ class IpxSection(_Model):
     @model_validator(mode="before")
     @classmethod
     def _removed(cls, data: object) -> object:
-        if isinstance(data, dict):
-            for key in sorted(_REMOVED_UNVERIFIED_KEYS.intersection(data)):
-                raise ValueError(
-                    f"{key} was removed: what is sent to unverified clients is now bounded in "
-                    "bytes per second (unverified_address_bytes_per_second, "
-                    "unverified_total_bytes_per_second; docs/ipx.md, Verification)"
-                )
+        removed = (
+            sorted(_REMOVED_UNVERIFIED_KEYS.intersection(data)) if isinstance(data, dict) else []
+        )
+        if removed:
+            raise ValueError(
+                f"{', '.join(removed)} {'was' if len(removed) == 1 else 'were'} removed: what is "
+                "sent to unverified clients is now bounded in bytes per second "
+                "(unverified_address_bytes_per_second, unverified_total_bytes_per_second; "
+                "docs/ipx.md, Verification)"
+            )
         return data
 
     @model_validator(mode="after")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ipxbridge.policy.relay import Egress, Selection, build_plan, selection_for
 from ipxbridge.policy.switch import PortKind, Segment
 from ipxbridge.policy.topology import Interface, Topology
+from ipxbridge.wire.ipxwrapper import IPXWRAPPER_DEFAULT_NET
 
 # Interface kinds (policy/topology.KINDS) that carry no Ethernet frames (rule 2).
 _LAYER3_KINDS = frozenset({"wireguard", "loopback"})
@@ -39,7 +40,7 @@ class IpxInterface:
     framing: str = "auto"  # auto, or a wire.ethernet.Framing value (ethernet ports only)
     # IPXWrapper hosts' network number when a unicast's receiver has not been heard yet
     # (their default; docs/protocols.md 6: a unicast must carry the receiver's network).
-    network: bytes = b"\x00\x00\x00\x01"
+    network: bytes = IPXWRAPPER_DEFAULT_NET
 
     @property
     def selection(self) -> Selection:
@@ -60,7 +61,7 @@ class PortPlan:
     peers: tuple[str, ...] = ()  # unicast copies on a p2p interface
     networks: tuple[str, ...] = ()  # on-link prefixes: the sources a UDP port accepts
     framing: str = "auto"
-    ipx_network: bytes = b"\x00\x00\x00\x01"  # IPXWrapper unicasts to an unheard receiver
+    ipx_network: bytes = IPXWRAPPER_DEFAULT_NET  # IPXWrapper unicasts to an unheard receiver
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,8 @@ from ipxbridge.wire.errors import CoalescedReason, WireError
 
 # docs/protocols.md 6: IPXWrapper's UDP port (src/ipxwrapper.h ``#define PORT 54792``).
 IPXWRAPPER_UDP_PORT: Final = 54792
+# The IPX network an IPXWrapper host is on unless configured otherwise (docs/protocols.md 6).
+IPXWRAPPER_DEFAULT_NET: Final = b"\x00\x00\x00\x01"
 
 # docs/protocols.md 6, ``struct ipx_packet`` (packed): ptype, dst net/node/socket,
 # src net/node/socket, size (data bytes only). Network byte order throughout.
