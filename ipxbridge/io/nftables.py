@@ -17,18 +17,22 @@ inspection limit), where the layout before the maps walked 16.
 
 * chain ``fanout`` (prerouting, priority -300 = before conntrack), in this order:
 
-  1. ``ip dscp <mark> udp dport <ports> drop`` (``marked``): copies carry the DSCP mark, the
-     kernel loops every lan copy back to local input, and another bridge's arrive too; they
-     are never fanned out again. The DSCP test comes first, so every other packet fails this
-     rule on one byte.
+  1. ``ip dscp <mark> udp dport <ports>``: copies carry the DSCP mark. A marked datagram is
+     never fanned out again (``marked``: the kernel loops every lan copy back to local input,
+     and another bridge's copies arrive on a shared segment), except one that arrives on a
+     p2p interface: that is another site's bridge's copy, and it goes once more, to the
+     LANs only (policy/relay.py rule 5), through chain ``marked``'s ``iifname . ip daddr``
+     map to ``check_<n>m``. The DSCP test comes first, so every other packet fails this rule
+     on one byte.
   2. ``meta pkttype broadcast udp dport <ports> iifname vmap { <lan ingress> : goto check_<n> }``.
   3. ``udp dport <ports> iifname . ip daddr . udp dport vmap { ... : goto check_<n> }``: on a
      p2p interface broadcasts are datagrams to 255.255.255.255 or the subnet's broadcast (a
      tun device has no link layer, so no pkttype broadcast), and datagrams to the bridge's own
      tunnel address stand in for them.
   4. ``ip frag-off & 0x1fff != 0 goto fragments``: later fragments carry no UDP header; chain
-     ``fragments`` sends unmarked ones of the same ingresses to ``frag_<n>`` (sources, TTL),
-     so a 3000-byte broadcast arrives whole without defragmenting (conntrack) on the way.
+     ``fragments`` sends those of the same ingresses to ``frag_<n>`` (unmarked) or
+     ``frag_<n>m`` (marked, on a p2p ingress) for sources and TTL, so a 3000-byte broadcast
+     arrives whole without defragmenting (conntrack) on the way.
 
 * chain ``check_<n>``: the sources (policy/relay.py rules 2 and 4, in its order) are one lookup,
   ``ip saddr vmap``, in an interval map: the box's own addresses ``goto drop_own``, invalid
@@ -44,12 +48,19 @@ inspection limit), where the layout before the maps walked 16.
   mark); then ``limit rate over INSPECT_PPS/second drop`` (``uninspected``) and only after it
   the original's restore to 255.255.255.255 and DSCP 0, so an original the limit drops is not
   rewritten for nothing; what passes continues to local delivery (the Python side inspects it).
+  ``check_<n>m`` and ``in_<n>m`` are the same for marked arrivals on a p2p ingress, with the
+  copies to LANs only; they keep the mark, and so does the original (the Python side knows
+  it by it, and books it the same way).
 * chains ``drop_own`` and ``drop_invalid``: one counted drop each, shared by every ingress.
-* Copies carry the DSCP mark, and marked packets are never fanned out again — not by this box
-  (the kernel loops broadcast copies back to local input) nor by another ipxbridge on the same
-  segments: two bridges on parallel paths produce one copy each and the storm cannot start.
-  Relays therefore do not chain through each other on the fast path (use the Python path,
-  ``fast_path: off``, for chained sites).
+* ``dup`` decrements the copy's TTL in prerouting (nf_dup_ipv4), as the Python path's copies
+  leave with TTL - 1.
+* Loop bound. A copy is made from an original (unmarked) or from a copy that crossed a p2p
+  link (marked, to LANs only); a marked datagram on a LAN is never copied, by this bridge
+  or any other. So a broadcast crosses at most two bridges, one on each side of a p2p link:
+  two bridges on parallel paths produce one copy each and the storm cannot start, two sites
+  with a bridge each find each other's games, and a triangle of sites gets one copy per
+  bridge at each LAN. A hub that should pass one spoke's copies on to another spoke does not
+  (p2p to p2p is never copied twice): give every site's bridge every other site as a peer.
 
 Every drop is a ``counter drop`` rule commented with its reason (``marked``, ``uninspected``,
 ``own_packet``, ``source_invalid``, ``source_off_link``, ``source_port_zero``,
@@ -68,6 +79,7 @@ replace), so the copies and the ``marked``/``uninspected`` drops it reports only
 """
 
 import enum
+import functools
 import ipaddress
 import json
 import logging
@@ -152,6 +164,8 @@ def ruleset(
     p2p: list[str] = []
     frag_lan: list[str] = []
     frag_p2p: list[str] = []
+    marked_p2p: list[str] = []  # marked copies from a p2p ingress: on to the LANs
+    frag_marked: list[str] = []
     for n, ing in enumerate(egresses):
         copies: list[tuple[Egress, str]] = []
         for out in egresses:
@@ -161,9 +175,13 @@ def ruleset(
             copies.extend((out, t) for t in targets if t)
         if not copies:
             continue
+        check = functools.partial(
+            _check_chains, own=own, invalid=invalid, longest=longest if pairs else 0
+        )
         if ing.role == "lan":  # broadcasts (``meta pkttype broadcast``)
             lan.append(f'"{ing.name}" : goto check_{n}')
             frag_lan.append(f'"{ing.name}" : goto frag_{n}')
+            chains += check(str(n), on_link=ing.networks)
         else:
             # On a tun interface a broadcast is not pkttype broadcast (there is no link
             # layer): it is a datagram to 255.255.255.255 or to the subnet's broadcast, as
@@ -187,35 +205,35 @@ def ruleset(
                 for p in ordered_ports
             ]
             frag_p2p += [f'"{ing.name}" . {a} : goto frag_{n}' for a in arrivals]
-        on_link = ing.networks if ing.role == "lan" else None
-        chains += _check_chains(
-            n, own=own, invalid=invalid, on_link=on_link, longest=longest if pairs else 0
-        )
-        chains += [f"  chain in_{n} {{"]
-        for i, (out, target) in enumerate(copies):
-            rules.append(FanoutRule(ing.name, out.name, target))
-            # The copies carry the mark: set with the first (one rule fewer to walk).
-            mark_it = f"ip dscp set {mark:#x} " if i == 0 else ""
-            chains.append(
-                f"    {mark_it}ip daddr set {target} counter dup to {target} "
-                f'device "{out.name}" comment "{ing.name}>{out.name}"'
-            )
-        # The original continues to local delivery for inspection, at most INSPECT_PPS per
-        # ingress: past that (a flood, or a benchmark) the kernel still copies every packet
-        # but the Python side sees a counted sample, so it never slows the fan-out down. The
-        # limit comes first: an original it drops needs no restoring.
-        chains += [
-            f'    limit rate over {INSPECT_PPS}/second counter drop comment "uninspected"',
-            "    ip dscp set 0 ip daddr set 255.255.255.255",
+            chains += check(str(n), on_link=None)
+            # Another site's bridge's copies (marked) go on once more, to the LANs only
+            # (policy/relay.py rule 5): the far site's players are on a LAN here.
+            lan_copies = [(out, t) for out, t in copies if out.role == "lan"]
+            if lan_copies:
+                marked_p2p += [f'"{ing.name}" . {a} : goto check_{n}m' for a in arrivals]
+                frag_marked += [f'"{ing.name}" . {a} : goto frag_{n}m' for a in arrivals]
+                chains += check(f"{n}m", on_link=None)
+                # (the same copies as in_<n>'s to the LANs: ``rules`` lists them once)
+                chains += _copy_chain(f"{n}m", ing, lan_copies, [], mark=None)
+        chains += _copy_chain(str(n), ing, copies, rules, mark=mark)
+    marked_drop = 'counter drop comment "marked"'
+    if marked_p2p:
+        # Marked copies on a p2p ingress are another site's bridge's: checked like any
+        # arrival, copied to the LANs; every other marked datagram is dropped, counted.
+        fanout = [f"    ip dscp {mark:#x} udp dport {dport} goto marked"]
+        chains = [
+            "  chain marked {",
+            f"    iifname . ip daddr vmap {_vmap(marked_p2p)}",
+            f"    {marked_drop}",
             "  }",
+            *chains,
         ]
-    fanout = [
+    else:
         # Marked copies (the kernel loops ours back, one per lan copy; other bridges' arrive
-        # too) are never fanned out again and the Python side would only count and drop them:
-        # drop them here, counted, and spare the socket (it doubled the receive work at
-        # saturation). The DSCP test first: every other packet fails it at once.
-        f'    ip dscp {mark:#x} udp dport {dport} counter drop comment "marked"',
-    ]
+        # too) are never fanned out again and the Python side would only count and drop
+        # them: drop them here, counted, and spare the socket (it doubled the receive work
+        # at saturation). The DSCP test first: every other packet fails it at once.
+        fanout = [f"    ip dscp {mark:#x} udp dport {dport} {marked_drop}"]
     if lan:
         fanout.append(f"    meta pkttype broadcast udp dport {dport} iifname vmap {_vmap(lan)}")
     if p2p:
@@ -233,6 +251,8 @@ def ruleset(
             )
         if frag_p2p:
             frag.append(f"    ip dscp != {mark:#x} iifname . ip daddr vmap {_vmap(frag_p2p)}")
+        if frag_marked:
+            frag.append(f"    ip dscp {mark:#x} iifname . ip daddr vmap {_vmap(frag_marked)}")
         chains = [*frag, "  }", *chains]
     drops = [
         f'  chain drop_{name} {{\n    counter drop comment "{reason}"\n  }}'
@@ -270,15 +290,55 @@ def ruleset(
 COMMON_WALK: Final = 10
 
 
+def _copy_chain(
+    name: str,
+    ing: Egress,
+    copies: list[tuple[Egress, str]],
+    rules: list[FanoutRule],
+    *,
+    mark: int | None,
+) -> list[str]:
+    """Chain ``in_<name>``: the copies, then the original on to the inspector (sampled).
+
+    ``mark``: the DSCP the copies get (set with the first copy: one rule fewer to walk), or
+    None for a copy of a copy, which keeps the mark it came with, and so does its original.
+    """
+    chain = [f"  chain in_{name} {{"]
+    for i, (out, target) in enumerate(copies):
+        rules.append(FanoutRule(ing.name, out.name, target))
+        mark_it = f"ip dscp set {mark:#x} " if mark is not None and i == 0 else ""
+        chain.append(
+            f"    {mark_it}ip daddr set {target} counter dup to {target} "
+            f'device "{out.name}" comment "{ing.name}>{out.name}"'
+        )
+    # The original continues to local delivery for inspection, at most INSPECT_PPS per
+    # ingress: past that (a flood, or a benchmark) the kernel still copies every packet but
+    # the Python side sees a counted sample, so it never slows the fan-out down. The limit
+    # comes first: an original it drops needs no restoring.
+    restore = (
+        "ip dscp set 0 ip daddr set 255.255.255.255"
+        if mark is not None
+        else ("ip daddr set 255.255.255.255")
+    )
+    return [
+        *chain,
+        f'    limit rate over {INSPECT_PPS}/second counter drop comment "uninspected"',
+        f"    {restore}",
+        "  }",
+    ]
+
+
 def _check_chains(
-    n: int,
+    name: str,
     *,
     own: list[tuple[int, int]],
     invalid: list[tuple[int, int]],
     on_link: tuple[str, ...] | None,
     longest: int,
 ) -> list[str]:
-    """Chains ``check_<n>`` (sources), ``form_<n>`` (the datagram) and ``frag_<n>``.
+    """Chains ``check_<name>`` (sources), ``form_<name>`` (the datagram), ``frag_<name>``.
+
+    Both end in ``goto in_<name>`` (``_copy_chain``).
 
     Sources (policy/relay.py rules 2 and 4, in its order: own, invalid, off-link) are one
     lookup of ``ip saddr`` in an interval verdict map: own addresses go to ``drop_own``,
@@ -291,7 +351,7 @@ def _check_chains(
         ("goto drop_invalid", invalid),
     ]
     if on_link is not None:
-        classes.append((f"goto form_{n}", _addresses(on_link)))
+        classes.append((f"goto form_{name}", _addresses(on_link)))
     sources = f"ip saddr vmap {_vmap(_partition(classes))}"
     form = [
         '    udp sport 0 counter drop comment "source_port_zero"',
@@ -309,27 +369,27 @@ def _check_chains(
         f"    @th,{(UDP_HEADER + SIGNATURE_OFFSET) * 8},32"
         f" {int.from_bytes(SIGNATURE, 'big'):#x} return",
         f"    @th,{UDP_HEADER * 8},16 {int.from_bytes(DP8_QUERY_LEAD, 'big'):#x} return",
-        f"    ip ttl > 1 goto in_{n}",
+        f"    ip ttl > 1 goto in_{name}",
     ]
     if on_link is not None:
         check = [
-            f"  chain check_{n} {{",
+            f"  chain check_{name} {{",
             f"    {sources}",
             '    counter drop comment "source_off_link"',
             "  }",
-            f"  chain form_{n} {{",
+            f"  chain form_{name} {{",
             *form,
             "  }",
         ]
     else:  # p2p: no off-link test; a lookup miss goes on to the datagram's form
-        check = [f"  chain check_{n} {{", f"    {sources}", *form, "  }"]
+        check = [f"  chain check_{name} {{", f"    {sources}", *form, "  }"]
     # A later fragment (rare): own and invalid sources by a map, off-link by a test, then
     # TTL > 1 to the copies; no UDP header to check.
     frag_sources = [f"    ip saddr vmap {_vmap(_partition(classes[:2]))}"]
     if on_link is not None:
         nets = f"ip saddr != {_nft_set(on_link)} " if on_link else ""
         frag_sources.append(f'    {nets}counter drop comment "source_off_link"')
-    frag = [f"  chain frag_{n} {{", *frag_sources, f"    ip ttl > 1 goto in_{n}", "  }"]
+    frag = [f"  chain frag_{name} {{", *frag_sources, f"    ip ttl > 1 goto in_{name}", "  }"]
     return check + frag
 
 

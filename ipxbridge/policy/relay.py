@@ -24,19 +24,24 @@ order:
 
    Linux drops loopback, multicast, limited-broadcast and own sources as martians before a
    socket sees them; the kernel fast path runs before that, so it needs these rules most.
-5. Kernel fast path (``kernel_fanout``): marked copies (``marked_copy``) and TTL <= 1
-   (``ttl_expired``) were not copied by the kernel. Neither was a datagram that
-   ``kernel_hands_over``: one that carries a DP4 SP header or is a DP8 EnumQuery, because
-   rules 7 and 8 need what nftables cannot do (compare a SOCKADDR with the IP source, keep a
-   bucket per source); those go on through the rules below and are copied in Python.
-   Everything else: the kernel made the copies.
-6. Loops: copies leave with TTL - 1, a TTL of 1 or less is not forwarded (``ttl_expired``),
-   and a payload seen within the window with a higher TTL is a loop copy (``duplicate``;
-   ``dedup.LoopFilter``). Retries and identical packets from other players pass. A copy that
-   carries the shared DSCP mark counts one hop lower than its TTL says: the kernel's copies
-   keep the original's TTL (nftables cannot decrement it), so without this a fast-path
-   bridge's copy of a broadcast this bridge relayed itself looks new and is echoed back to
-   the player's segment (mixed bridges, docs/reliability.md §4.1).
+5. Copies of copies. Every copy carries the shared DSCP mark (``DSCP_MARK``, kernel or
+   Python). A marked datagram that arrives on a ``lan`` interface is a copy some bridge made
+   onto that segment (this one's, looped back by the kernel, or a parallel bridge's): never
+   relayed again (``marked_copy``). One that arrives on a ``p2p`` interface is another
+   site's bridge's copy (a VPN carries the mark unchanged): it is relayed once more, to the
+   ``lan`` interfaces only, so two sites with a bridge each find each other's games while a
+   broadcast still crosses at most two bridges (``marked_copy`` when there is no LAN to
+   give it to). The loop bound this gives is in io/nftables.py.
+   Kernel fast path (``kernel_fanout``): TTL <= 1 (``ttl_expired``) was not copied by the
+   kernel. Neither was a datagram that ``kernel_hands_over``: one that carries a DP4 SP
+   header or is a DP8 EnumQuery, because rules 7 and 8 need what nftables cannot do
+   (compare a SOCKADDR with the IP source, keep a bucket per source); those go on through
+   the rules below and are copied in Python. Everything else: the kernel made the copies
+   (marked ones were never handed to this socket at all but for p2p arrivals).
+6. Loops: copies leave with TTL - 1 (the kernel's too: nf_dup decrements it in
+   prerouting), a TTL of 1 or less is not forwarded (``ttl_expired``), and a payload seen
+   within the window with a higher TTL is a loop copy (``duplicate``; ``dedup.LoopFilter``).
+   Retries and identical packets from other players pass.
 7. DP4 SOCKADDR (docs/reliability.md D6, R7): every host a DP4 EnumSessions reaches opens a TCP
    connection to its SOCKADDR. A DP4 message whose SOCKADDR names an address other than
    0.0.0.0 or its own IP source is a reflection attempt and is dropped
@@ -91,9 +96,8 @@ from ipxbridge.wire.directplay import (
 from ipxbridge.wire.dplay8 import DP8_ENUM_PORT, is_dp8_port
 
 LIMITED_BROADCAST: Final = "255.255.255.255"
-# DSCP of every relayed copy, kernel or Python (EF): a marked datagram is never fanned out
-# again by a fast path (rule 5) and counts one hop lower here (rule 6). Any value works as
-# long as all bridges agree.
+# DSCP of every relayed copy, kernel or Python (EF): a marked datagram is relayed again only
+# from a p2p interface to the LANs (rule 5). Any value works as long as all bridges agree.
 DSCP_MARK: Final = 0x2E
 DEFAULT_RELAY_PORTS: Final = (DP4_ENUM_PORT, DP8_ENUM_PORT)  # DP4 enumeration, DP8 DPNSVR
 RELAY_DROP_REASONS: Final = (
@@ -239,7 +243,7 @@ class RelaySettings:
     dedup_window: float = 2.0
     dedup_max_entries: int = 65_536
     # The kernel makes the copies (io/nftables.py); this policy then only classifies what
-    # arrives: originals (relayed by the kernel) and marked copies (never relayed again).
+    # arrives: originals (relayed by the kernel) and marked copies (rule 5).
     kernel_fanout: bool = False
     dscp_mark: int = DSCP_MARK
     enum_rate: float = 10.0  # enumerations per second and source IP (rule 9)
@@ -281,6 +285,7 @@ class RelayPolicy:
     def __init__(self, settings: RelaySettings) -> None:
         self.settings = settings
         self._egresses: dict[int, Egress] = {}
+        self._lan_out = False  # a lan egress with a broadcast address: rule 5's copies go there
         self._own: frozenset[str] = frozenset()
         self._ingress_bcast: dict[int, frozenset[str]] = {}
         self._any_bcast: frozenset[str] = frozenset()
@@ -316,6 +321,7 @@ class RelayPolicy:
             ValueError: an egress network that is not an IPv4 prefix.
         """
         self._egresses = {e.index: e for e in egresses}
+        self._lan_out = any(e.role == "lan" and e.broadcast for e in egresses)
         self._own = own_addresses
         self._ingress_bcast = subnet_broadcasts
         self._any_bcast = frozenset().union(*subnet_broadcasts.values())
@@ -393,18 +399,17 @@ class RelayPolicy:
             return RelayDecision("source_port_zero")
         settings = self.settings
         marked = tos >> 2 == settings.dscp_mark
+        if marked and (egress_in.role != "p2p" or not self._lan_out):
+            return RelayDecision("marked_copy")  # rule 5: a copy onto a segment, or no LAN
         if settings.kernel_fanout:
-            # Mirrors the nft rules: marked copies and TTL <= 1 were not fanned out, and
-            # DirectPlay is left to the rules below (rule 5).
-            if marked:
-                return RelayDecision("marked_copy")
+            # Mirrors the nft rules: TTL <= 1 was not fanned out, and DirectPlay is left to
+            # the rules below (rule 5).
             if ttl <= 1:
                 return RelayDecision("ttl_expired")
             if not kernel_hands_over(payload):
                 return RelayDecision(None)  # the kernel made the copies
         loops = self._loops
-        # Rule 6: a marked copy is at least one relay away from its original.
-        if loops.is_loop_copy(hash((dst_port, payload)), ttl - 1 if marked else ttl, now):
+        if loops.is_loop_copy(hash((dst_port, payload)), ttl, now):  # rule 6
             return RelayDecision("duplicate")
         if ttl <= 1:
             return RelayDecision("ttl_expired")
@@ -439,7 +444,7 @@ class RelayPolicy:
             if egress.role == "lan":
                 if egress.broadcast:
                     copies.append(Copy(egress, egress.broadcast, payload, out_ttl))
-            else:
+            elif not marked:  # a copy of a copy goes to the LANs only (rule 5)
                 copies.extend(Copy(egress, peer, payload, out_ttl) for peer in egress.peers)
         if not copies:
             return RelayDecision("no_destination", kind=kind)

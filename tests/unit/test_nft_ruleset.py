@@ -70,8 +70,8 @@ def test_the_common_broadcast_walks_ten_rules_and_is_copied() -> None:
 def test_fanout_starts_with_a_cheap_test_and_one_lookup_per_kind_of_ingress() -> None:
     fanout = chains(SCRIPT)["fanout"]
     assert fanout == [
-        # the looped-back copies stop here, everything else fails on the DSCP byte at once
-        'ip dscp 0x2e udp dport { 6073, 47624 } counter drop comment "marked"',
+        # copies (marked) leave here, everything else fails on the DSCP byte at once
+        "ip dscp 0x2e udp dport { 6073, 47624 } goto marked",
         "meta pkttype broadcast udp dport { 6073, 47624 }"
         ' iifname vmap { "lanA" : goto check_0, "lanB" : goto check_1 }',
         "udp dport { 6073, 47624 } iifname . ip daddr . udp dport vmap"
@@ -82,13 +82,57 @@ def test_fanout_starts_with_a_cheap_test_and_one_lookup_per_kind_of_ingress() ->
         # later fragments (no UDP header to match) behind one test
         "ip frag-off & 0x1fff != 0 goto fragments",
     ]
+    # another site's bridge's copies (on a p2p ingress) go on to the LANs; the rest stop
+    assert chains(SCRIPT)["marked"] == [
+        'iifname . ip daddr vmap { "wg0" . 10.98.0.1 : goto check_2m,'
+        ' "wg0" . 255.255.255.255 : goto check_2m, "wg0" . 10.98.0.255 : goto check_2m }',
+        'counter drop comment "marked"',
+    ]
+    assert run(SCRIPT, Packet("lanB", PLAYER, dscp=0x2E)).walked == 3  # a loop copy
     single, _ = ruleset((LAN_A, LAN_B), (47624,))
     assert chains(single)["fanout"][0] == (
         'ip dscp 0x2e udp dport 47624 counter drop comment "marked"'  # a port: no set
     )
-    assert run(SCRIPT, Packet("lanB", PLAYER, dscp=0x2E)).walked == 1  # a loop copy: one rule
+    assert run(single, Packet("lanB", PLAYER, dscp=0x2E)).walked == 1  # LANs only: one rule
     other = Packet("lanA", PLAYER, pkttype="host", daddr="10.0.1.1", dport=22)
     assert run(SCRIPT, other).verdict == "accept"
+
+
+def test_another_sites_copies_go_on_to_the_lans_only() -> None:
+    """policy/relay.py rule 5: a marked datagram on a p2p ingress is another site's bridge's
+    copy; the kernel copies it to the LANs (never to a p2p peer), keeps its mark on the
+    original for the Python side, and hands DirectPlay over as for an original."""
+    far = "192.168.7.20"
+    for daddr in ("10.98.0.1", "255.255.255.255", "10.98.0.255"):
+        out = run(SCRIPT, Packet("wg0", far, daddr=daddr, pkttype="host", dscp=0x2E))
+        assert (out.verdict, out.reason, out.copies) == (
+            "drop",
+            "uninspected",
+            ["wg0>lanA", "wg0>lanB"],
+        ), daddr
+    assert chains(SCRIPT)["in_2m"] == [
+        'ip daddr set 10.0.1.255 counter dup to 10.0.1.255 device "lanA" comment "wg0>lanA"',
+        'ip daddr set 10.0.2.255 counter dup to 10.0.2.255 device "lanB" comment "wg0>lanB"',
+        'limit rate over 5000/second counter drop comment "uninspected"',
+        "ip daddr set 255.255.255.255",  # the mark stays: the Python side books it by it
+    ]
+    # the same source checks as for an original
+    for src, reason in (("10.0.1.1", "own_packet"), ("127.0.0.1", "source_invalid")):
+        out = run(SCRIPT, Packet("wg0", src, daddr="10.98.0.1", pkttype="host", dscp=0x2E))
+        assert (out.reason, out.copies) == (reason, [])
+    dp4 = Packet("wg0", far, daddr="10.98.0.1", pkttype="host", dscp=0x2E)
+    dp4.payload = bytes(20) + b"play" + bytes(8)
+    assert run(SCRIPT, dp4).verdict == "accept"  # to Python, which copies it to the LANs
+    # a later fragment of a big one follows its first
+    frag = Packet("wg0", far, daddr="10.98.0.1", pkttype="host", dscp=0x2E, sport=None)
+    frag.frag_offset = 185
+    assert run(SCRIPT, frag).copies == ["wg0>lanA", "wg0>lanB"]
+    # to a tunnel address that is not ours: not a broadcast, not copied
+    other = run(SCRIPT, Packet("wg0", far, daddr="10.98.0.7", pkttype="host", dscp=0x2E))
+    assert (other.reason, other.copies) == ("marked", [])
+    # the copies are listed once, whichever chain makes them
+    _, rules = ruleset(PLAN, PORTS)
+    assert len(rules) == len(set(rules)) == 8
 
 
 def test_sources_are_one_verdict_map_in_the_policys_order() -> None:

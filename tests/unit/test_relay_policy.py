@@ -235,7 +235,7 @@ def test_decide_never_raises_and_reasons_are_closed(
 def test_kernel_mode_only_classifies() -> None:
     p = policy(kernel_fanout=True)
     assert decide(p, b"k") == (None, [])
-    assert decide(p, b"k2", tos=0x2E << 2)[0] == "marked_copy"
+    assert decide(p, b"k2", tos=0x2E << 2)[0] == "marked_copy"  # on a LAN
 
 
 def test_loop_filter_bound() -> None:
@@ -307,13 +307,15 @@ def test_nft_ruleset_copies_and_loop_guard() -> None:
         ("wg0", "lanA", "10.0.1.255"),
         ("wg0", "lanB", "10.0.2.255"),
     ]
-    # marked copies dropped first; lan broadcasts and p2p datagrams to our tunnel address
-    # each reach their ingress's checks through one verdict map (tests/unit/test_nft_ruleset.py)
-    assert 'ip dscp 0x2e udp dport { 6073, 47624 } counter drop comment "marked"' in script
+    # marked copies first (on to the LANs from a p2p ingress, else dropped); lan broadcasts
+    # and p2p datagrams to our tunnel address each reach their ingress's checks through one
+    # verdict map (tests/unit/test_nft_ruleset.py)
+    assert "ip dscp 0x2e udp dport { 6073, 47624 } goto marked" in script
     assert 'meta pkttype broadcast udp dport { 6073, 47624 } iifname vmap { "lanA" : goto' in script
     assert '"wg0" . 10.98.0.1 . 47624 : goto check_2' in script
     assert 'dup to 10.98.0.3 device "wg0"' in script
     assert script.count("ip dscp set 0 ip daddr set 255.255.255.255") == 3
+    assert script.count("    ip daddr set 255.255.255.255\n") == 1  # a copy of a copy
 
 
 # --- hostile sources (docs/reliability.md R7, R9) -------------------------------------------------
@@ -407,15 +409,47 @@ def test_kernel_mode_hands_directplay_to_python() -> None:
     assert "@th,64,16 0x2 return" in script  # 00 02 at payload byte 0
 
 
-def test_a_marked_copy_counts_one_hop_lower() -> None:
-    """Item 7: a fast-path bridge's copies keep the original's TTL; marked, they are known to
-    be at least one relay away, so one of our own broadcasts coming back is a loop copy."""
-    p = policy()
-    assert decide(p, b"echo", ttl=64, now=0.0)[0] is None
-    back = decide(p, b"echo", ingress=4, dst="10.98.0.1", ttl=64, now=0.1, tos=0x2E << 2)
-    assert back[0] == "duplicate"
-    # unmarked with the same TTL: a retry, relayed (as before)
-    assert decide(p, b"echo", ingress=2, ttl=64, now=0.2)[0] is None
+MARK = 0x2E << 2  # the TOS byte of a bridge's copy
+
+
+@pytest.mark.parametrize("kernel", [False, True])
+def test_a_copy_from_another_sites_bridge_goes_on_to_the_lans_only(kernel: bool) -> None:
+    """Rule 5: a marked datagram on a p2p interface is another site's bridge's copy (a VPN
+    carries the DSCP unchanged). It goes once more, to the LANs, never to a p2p peer; a
+    marked datagram on a LAN (a copy some bridge made onto it) is never relayed again."""
+    p = policy(kernel_fanout=kernel)
+    remote = ("192.168.7.20", 2300)  # a far site's player, its address kept (preserve)
+    for dst in ("10.98.0.1", "255.255.255.255"):  # (BCAST gives wg0 no subnet broadcast)
+        reason, copies = decide(p, b"far " + dst.encode(), ingress=4, dst=dst, src=remote, tos=MARK)
+        if kernel:
+            assert (reason, copies) == (None, [])  # the kernel copied it (to the LANs)
+        else:
+            assert reason is None
+            assert copies == [("lanA", "10.0.1.255", 63), ("lanB", "10.0.2.255", 63)]
+    # DirectPlay is the Python path's on both paths, and goes to the LANs only as well
+    reason, copies = decide(p, enum(), ingress=4, dst="10.98.0.1", src=remote, tos=MARK)
+    assert reason is None
+    assert {name for name, _, _ in copies} == {"lanA", "lanB"}
+    # unmarked, the same datagram also goes to the other peers (an original)
+    reason, copies = decide(p, b"orig", ingress=4, dst="10.98.0.1", src=remote, now=1.0)
+    assert reason is None
+    if not kernel:
+        assert {name for name, _, _ in copies} == {"lanA", "lanB"}  # wg0 is the ingress
+    # a copy onto a LAN, this bridge's looped back or a parallel bridge's: never again
+    assert decide(p, b"seg", ingress=3, src=("10.0.2.9", 2300), tos=MARK)[0] == "marked_copy"
+
+
+def test_a_copy_of_a_copy_with_no_lan_to_go_to_is_dropped() -> None:
+    """A hub with only p2p interfaces does not pass one spoke's copies to another."""
+    other = Egress(5, "tun1", "p2p", "10.99.0.1", "", ("10.99.0.2",), networks=("10.99.0.0/24",))
+    for kernel in (False, True):
+        p = RelayPolicy(RelaySettings(SourceMode.PRESERVE, kernel_fanout=kernel))
+        p.set_plan((WG, other), frozenset({"10.98.0.1", "10.99.0.1"}), {4: frozenset()})
+        marked = decide(p, b"x", ingress=4, dst="10.98.0.1", src=("10.98.0.2", 9), tos=MARK)
+        assert marked[0] == "marked_copy"
+        reason, copies = decide(p, b"y", ingress=4, dst="10.98.0.1", src=("10.98.0.2", 9))
+        assert reason is None
+        assert copies == ([] if kernel else [("tun1", "10.99.0.2", 63)])
 
 
 def test_nft_ruleset_validates_sources_and_form_like_the_policy() -> None:
