@@ -97,8 +97,8 @@ sed -e "/' is ignored: it is neither a file nor a directory\.$/d" "$pip_log"
 rm -f "$pip_log"
 
 echo "==> ruff"
-"$PY" -m ruff check ipxbridge tests bench deploy
-"$PY" -m ruff format --check ipxbridge tests bench deploy
+"$PY" -m ruff check ipxbridge tests bench deploy scripts
+"$PY" -m ruff format --check ipxbridge tests bench deploy scripts
 echo "==> mypy --strict"
 "$PY" -m mypy
 echo "==> pytest"

@@ -5,7 +5,8 @@ protocol on a pipe (tests/integration/cdp.py). It checks what a LAN-party host s
 updates in place (a token set in the page survives while the numbers change), a client that
 sends a shutdown is shown as gone with why, a game appears within a probe interval, hostile
 names stay text, nothing is fetched from anywhere but the bridge, and the console is clean.
-Screenshots at desktop and phone sizes go to tests/artifacts/ (docs/status-page.md shows one).
+Screenshots at desktop and phone sizes go to tests/artifacts/ (the picture in
+docs/status-page.md comes from scripts/status_screenshot.py, a made-up party).
 """
 
 import json
