@@ -33,9 +33,11 @@ from pydantic import (
 )
 
 from ipxbridge.errors import IpxbridgeError
+from ipxbridge.policy.peers import EXPIRE_SECONDS, MAX_PER_INTERFACE
 from ipxbridge.policy.relay import DEFAULT_RELAY_PORTS
 from ipxbridge.wire.ipx import DEFAULT_FILTERED_SOCKETS, IPX_UDP_PORT
 from ipxbridge.wire.ipxwrapper import IPXWRAPPER_DEFAULT_NET
+from ipxbridge.wire.openvpn_status import STATUS_FILES
 
 DEFAULT_IPX_PORT: Final = IPX_UDP_PORT
 # The server side of the uplink protocol takes its password from here when ipx.uplink_password_file
@@ -148,7 +150,8 @@ relay:
   #     - name: eth0
   #     - name: wg0
   #       role: p2p
-  #       peers: []          # empty: the WireGuard AllowedIPs (/32) of its peers
+  #       peers: []          # empty: found (WireGuard's /32 AllowedIPs, OpenVPN clients,
+  #                          # addresses heard there); or list them: [10.8.0.2, 10.8.0.3]
   interfaces: []
   ports: [47624, 6073]     # DirectPlay 4 and 8 discovery; add e.g. 54792 for IPXWrapper
   # preserve: copies keep the player's source (raw sockets, CAP_NET_RAW; hosts answer the
@@ -156,7 +159,8 @@ relay:
   # relayed back; auto: preserve when raw sockets are allowed, else rewrite.
   source_mode: auto
   # Kernel fast path in preserve mode (nftables dup rules owned by ipxbridge): auto | on | off.
-  # Its copies are DSCP-marked and never relayed again, so bridges on it do not chain.
+  # Copies are DSCP-marked (both paths): a marked datagram on a LAN is never relayed again,
+  # one from a p2p interface (another site's bridge's) only on to the LANs.
   fast_path: auto
   dedup_window: 2.0
   # rewrite mode: each (player, egress) is a flow with its own socket (a file descriptor).
@@ -167,6 +171,14 @@ relay:
   max_flows: 1024
   max_unproven_flows: 128
   max_flows_per_source: 16
+  # Peers of a p2p interface without listed ones: the connected clients in OpenVPN servers'
+  # status files (these globs: where Debian's openvpn-server@ and openvpn@ units write
+  # them), and addresses of the tunnel's own subnet heard sending broadcasts there, at most
+  # heard_peers per interface (0: none learned), each forgotten heard_peer_seconds after
+  # it was last heard.
+  openvpn_status: ["/run/openvpn-server/status-*.log", "/run/openvpn/*.status"]
+  heard_peers: 64
+  heard_peer_seconds: 600
 directplay:
   # Send our own DirectPlay 4/8 session enumerations every N seconds (0 = off, min 1) so the
   # game list fills even when no player is searching.
@@ -546,7 +558,8 @@ class RelayInterface(_Model):
 
     name: InterfacePattern  # interface name, glob ("wg*") or CIDR ("10.8.0.0/24")
     role: Literal["auto", "lan", "p2p"] = "auto"
-    # Unicast targets on a p2p interface; empty = read the WireGuard AllowedIPs (/32s).
+    # Unicast targets on a p2p interface; empty = found (WireGuard's /32 AllowedIPs, OpenVPN
+    # status files, addresses heard there: policy/relay.peer_sources).
     peers: tuple[Annotated[str, AfterValidator(lambda v: str(ipaddress.IPv4Address(v)))], ...] = ()
 
 
@@ -565,6 +578,12 @@ class RelaySection(_Model):
     max_flows: Annotated[int, Field(ge=2, le=65_536, strict=True)] = 1024
     max_unproven_flows: Annotated[int, Field(ge=1, le=65_535, strict=True)] = 128
     max_flows_per_source: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 16
+    # Peers found for a p2p interface without listed ones (docs/relay.md, "Peers"): OpenVPN
+    # servers' status files (globs), and addresses of the tunnel's subnet heard sending
+    # broadcasts there, at most heard_peers per interface (0: none), each kept this long.
+    openvpn_status: tuple[Annotated[str, Field(min_length=1)], ...] = STATUS_FILES
+    heard_peers: Annotated[int, Field(ge=0, le=1024, strict=True)] = MAX_PER_INTERFACE
+    heard_peer_seconds: Annotated[float, Field(ge=10, le=86_400)] = EXPIRE_SECONDS
 
     @field_validator("max_unproven_flows")
     @classmethod

@@ -704,7 +704,7 @@ RELAY_ROW: Final = (
             " host answered), and the return sockets (host to player)."
         ),
         unit="short",
-        width=8,
+        width=6,
         queries=(
             Query(
                 f"sum by (instance, standing) ({sel('ipxbridge_relay_flows')})",
@@ -723,7 +723,7 @@ RELAY_ROW: Final = (
             " copies that got no flow socket and were not sent (no_fd, socket_error)."
         ),
         unit="cps",
-        width=8,
+        width=6,
         queries=(
             Query(
                 sum_rate("instance, reason", "ipxbridge_relay_flow_evictions_total"),
@@ -736,6 +736,26 @@ RELAY_ROW: Final = (
         ),
     ),
     Panel(
+        title="Relay peers on p2p interfaces",
+        description=(
+            "Unicast targets of the relay's p2p interfaces by where they came from (listed,"
+            " wireguard, openvpn, heard, point_to_point), and peers learned, expired and"
+            " evicted per second from what arrives there (relay.heard_peers bounds them)."
+        ),
+        unit="short",
+        width=6,
+        queries=(
+            Query(
+                f"sum by (instance, interface, source) ({sel('ipxbridge_relay_peers')})",
+                "{{instance}} {{interface}} {{source}}",
+            ),
+            Query(
+                sum_rate("instance, event", "ipxbridge_relay_heard_peers_total"),
+                "{{instance}} heard: {{event}}/s",
+            ),
+        ),
+    ),
+    Panel(
         title="Relay interfaces",
         description=(
             "The relay interfaces in use (ipxbridge_interface_info): link type (ethernet,"
@@ -743,7 +763,7 @@ RELAY_ROW: Final = (
         ),
         unit="none",
         kind="table",
-        width=8,
+        width=6,
         queries=(
             Query(
                 f"max by (instance, interface, link, role) ({sel('ipxbridge_interface_info')})",

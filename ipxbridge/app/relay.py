@@ -8,6 +8,7 @@ installs and counter reads, and the removal of a table an earlier run left (R18)
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack
@@ -34,12 +35,15 @@ from ipxbridge.policy.relay import (
     SourceMode,
     build_plan,
     choose_relay_mode,
+    finding_peers,
+    plan_peer_sources,
     wireguard_reads,
 )
 from ipxbridge.policy.topology import Topology, select
 
 logger = logging.getLogger(__name__)
 
+HEARD_LOG_SECONDS: Final = 60.0  # a plan changed by heard peers is said at most this often
 KERNEL_READ_SECONDS: Final = 5.0  # how often the fast path's counters are read
 
 _T = TypeVar("_T")
@@ -89,8 +93,14 @@ class RelayService:
         self._selections = selections(config)
         self._unmatched = UnmatchedNames("relay interfaces (--iface, relay.interfaces)")
         # WireGuard peers by interface, as last read off the loop; one worker.
-        self._wg = WireGuardPeers(self._wireguard_names, self._replan, what="relay plan")
+        self._wg = WireGuardPeers(
+            self._wireguard_names, self._replan, what="relay plan", openvpn=self._openvpn_files
+        )
         self._planning = False  # set once the first plan (with peers) is in place
+        self._quiet_plan = False  # this re-plan is for heard peers only (said at debug level)
+        self._next_heard_log = 0.0
+        # p2p interface -> peer -> where it came from (policy/relay.peer_sources)
+        self.peer_sources: dict[str, dict[str, str]] = {}
         self._next_peer_check = 0.0
         self._fastpath = FastPathCounts()  # the fast path's counters, as last read
         self._next_kernel_read = 0.0
@@ -122,7 +132,13 @@ class RelayService:
         self.mode = mode
         self.fanout = KernelFanout(tuple(cfg.ports)) if mode.fast_path else None
         policy = RelayPolicy(
-            RelaySettings(mode.source_mode, cfg.dedup_window, kernel_fanout=mode.fast_path)
+            RelaySettings(
+                mode.source_mode,
+                cfg.dedup_window,
+                kernel_fanout=mode.fast_path,
+                heard_peers=cfg.heard_peers,
+                heard_expiry=cfg.heard_peer_seconds,
+            )
         )
         limits = FlowLimits(cfg.max_flows, cfg.max_unproven_flows, cfg.max_flows_per_source)
         relay = BroadcastRelay(
@@ -181,12 +197,15 @@ class RelayService:
             )
 
     def reconfigure(self, config: Config) -> None:
-        """New selections, roles, peers and dedup window: re-planned at once."""
+        """New selections, roles, peers, heard-peer bounds, dedup window: re-planned at once."""
         self.config = config
         if self.relay is None:
             return
         self._selections = selections(config)
         self.relay.policy.set_window(config.relay.dedup_window)
+        heard = self.relay.policy.heard
+        heard.max_per_interface = config.relay.heard_peers
+        heard.expire_seconds = config.relay.heard_peer_seconds
         if self.watcher is not None:
             self.plan = None  # log the plan again
             self._on_topology(self.watcher.topology)  # new selections may name new peers
@@ -196,6 +215,17 @@ class RelayService:
         if self.relay is None:
             return
         self.relay.tick(now)
+        if self.relay.policy.heard.take_changed():
+            # A peer heard or forgotten: at most one re-plan a tick, and the plan said in the
+            # log at most once a minute for it (a stranger on the VPN can churn them: the
+            # metrics count every one), else at debug level.
+            self._quiet_plan = now < self._next_heard_log
+            if not self._quiet_plan:
+                self._next_heard_log = now + HEARD_LOG_SECONDS
+            try:
+                self._replan()
+            finally:
+                self._quiet_plan = False
         self._watch_overload(now)
         self._unmatched.tick(now)
         if (
@@ -261,6 +291,14 @@ class RelayService:
             return ()
         return wireguard_reads(self.watcher.topology, self._selections)
 
+    def _openvpn_files(self) -> tuple[str, ...]:
+        """The OpenVPN status files to read, when a p2p interface needs peers found."""
+        if self.relay is None or self.watcher is None:
+            return ()
+        if not finding_peers(self.watcher.topology, self._selections):
+            return ()
+        return tuple(self.config.relay.openvpn_status)
+
     def _replan(self) -> None:
         """After a peer read: the topology may have moved meanwhile."""
         if self.relay is not None and self.watcher is not None:
@@ -269,7 +307,10 @@ class RelayService:
     def _apply_plan(self, topology: Topology) -> None:
         if self.relay is None:
             return
-        egresses, own, bcasts = build_plan(topology, self._selections, self._wg.peers)
+        heard = self.relay.policy.heard.peers()
+        found = (self._wg.peers, self._wg.openvpn, heard)
+        egresses, own, bcasts = build_plan(topology, self._selections, *found)
+        self.peer_sources = plan_peer_sources(topology, self._selections, *found)
         self.relay.apply_plan(egresses, own, bcasts)
         assert self._loop is not None  # noqa: S101 - plans start with start()
         self._unmatched.check(topology, [s.pattern for s in self._selections], self._loop.time())
@@ -279,13 +320,16 @@ class RelayService:
         if self.fanout is not None:
             # Say "relaying between" only once the kernel really copies (the log tells the
             # truth, and start-up readiness waits for it).
+            quiet = self._quiet_plan
             self._nft(self.fanout.install, egresses).add_done_callback(
-                lambda future: self._fast_path_installed(future, egresses)
+                lambda future: self._fast_path_installed(future, egresses, quiet)
             )
         else:
-            self._log_plan(egresses)
+            self._log_plan(egresses, quiet=self._quiet_plan)
 
-    def _fast_path_installed(self, future: "asyncio.Future[bool]", egresses: Plan) -> None:
+    def _fast_path_installed(
+        self, future: "asyncio.Future[bool]", egresses: Plan, quiet: bool
+    ) -> None:
         if future.cancelled():
             return
         exc = future.exception()
@@ -295,21 +339,26 @@ class RelayService:
                 f" ({exc})" if exc is not None else "",
             )
             return
-        self._log_plan(egresses)
+        self._log_plan(egresses, quiet=quiet)
 
-    def _log_plan(self, egresses: Plan) -> None:
+    def _log_plan(self, egresses: Plan, *, quiet: bool = False) -> None:
         parts = []
         for e in egresses:
             if e.role == "lan":
                 parts.append(f"{e.name} (lan, broadcast {e.broadcast})")
             elif e.peers:
-                parts.append(f"{e.name} (p2p, {len(e.peers)} peers: {', '.join(e.peers)})")
+                sources = self.peer_sources.get(e.name, {})
+                named = ", ".join(f"{p} ({sources.get(p, 'listed')})" for p in e.peers)
+                parts.append(f"{e.name} (p2p, {len(e.peers)} peers: {named})")
             else:
                 parts.append(f"{e.name} (p2p, NO peers known: nothing will be sent there)")
-        logger.info(
+        logger.log(
+            logging.DEBUG if quiet else logging.INFO,
             "relaying between: %s",
             "; ".join(parts) or "nothing (no selected interface is up with an IPv4 address)",
         )
+        if quiet:
+            return
         if len(egresses) < 2:
             logger.warning("the relay needs at least two usable interfaces; have %d", len(egresses))
         if (
@@ -408,6 +457,13 @@ class RelayService:
             return_sockets=returns,
             flow_evictions=dict(c.flows_evicted),
             flows_refused=dict(c.flows_refused),
+            peers=Counter(
+                (name, source.split(" ", 1)[0].replace("-", "_"))
+                for name, found in self.peer_sources.items()
+                if name in {e.name for e in plan}
+                for source in found.values()
+            ),
+            heard_peers=dict(self.relay.policy.heard.events),
         )
 
     def interfaces_json(self) -> list[dict[str, Any]]:
@@ -421,6 +477,7 @@ class RelayService:
                 "address": e.address,
                 "broadcast": e.broadcast or None,
                 "peers": list(e.peers),
+                "peer_sources": {p: self.peer_sources.get(e.name, {}).get(p) for p in e.peers},
                 "mtu": e.mtu,
                 "kind": snap.kinds.get(e.name, "other"),
                 "copies": snap.copies.get(e.name, 0),
@@ -435,6 +492,7 @@ class RelayService:
                 "address": None,
                 "broadcast": None,
                 "peers": [],
+                "peer_sources": {},
                 "mtu": None,
                 "kind": snap.kinds.get(n, "other"),
                 "copies": 0,

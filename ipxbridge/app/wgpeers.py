@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from ipxbridge.io.openvpn import openvpn_clients
 from ipxbridge.io.wireguard import read_wireguard_peers
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ class WireGuardPeers:
         on_read: Callable[[], None],
         *,
         what: str,
+        openvpn: Callable[[], tuple[str, ...]] | None = None,
     ) -> None:
         """Follow the peers of the interfaces ``names()`` lists.
 
@@ -34,8 +36,12 @@ class WireGuardPeers:
             names: the WireGuard interfaces whose peers the owner's plan needs now.
             on_read: re-plans with ``peers`` after every read (also when none were needed).
             what: the owner's plan, for the log ("relay plan", "IPX interface ports").
+            openvpn: the OpenVPN status files (globs) to read with each round, when the
+                plan has a p2p interface that needs peers found (``io/openvpn.py``).
         """
         self.peers: dict[str, list[str]] = {}
+        self.openvpn: dict[str, tuple[str, ...]] = {}  # status file -> client addresses
+        self._openvpn = openvpn
         self._names = names
         self._on_read = on_read
         self._what = what
@@ -64,10 +70,16 @@ class WireGuardPeers:
             self._stale = False
             try:
                 names = self._names()
+                files = self._openvpn() if self._openvpn is not None else ()
+                if (names or files) and self._executor is None:
+                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="wg-peers")
                 if names:
-                    if self._executor is None:
-                        self._executor = ThreadPoolExecutor(1, thread_name_prefix="wg-peers")
                     self.peers = await read_wireguard_peers(names, self._executor)
+                if files:
+                    loop = asyncio.get_running_loop()
+                    self.openvpn = await loop.run_in_executor(
+                        self._executor, openvpn_clients, files
+                    )
                 self._on_read()
             except Exception:
                 logger.exception("rebuilding the %s failed", self._what)

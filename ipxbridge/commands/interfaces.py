@@ -11,8 +11,11 @@ hands the relay and lets the relay's own planner turn them into egresses:
    says so.
 2. **Topology** is read once the way the relay's ``TopologyWatcher`` reads it
    (``io/netlink.read_topology``, the netifaces view if netlink fails).
-3. **WireGuard peers** are read for the names ``policy.relay.wireguard_reads`` lists, with
-   ``io/wireguard.read_wireguard_peers``, as the bridge does.
+3. **Peers** of p2p interfaces without listed ones: WireGuard's, read for the names
+   ``policy.relay.wireguard_reads`` lists with ``io/wireguard.read_wireguard_peers``, and the
+   clients in OpenVPN servers' status files (``io/openvpn.openvpn_clients``), as the bridge
+   does; each peer is shown with where it came from (``policy.relay.peer_sources``). Peers
+   the running bridge hears are not known here, and the command says so.
 4. ``policy.relay.build_plan`` turns them into ``Egress`` tuples; everything printed about
    what the relay sends comes from those (a lan interface gets the subnet broadcast of its
    *first* address only; a p2p one a unicast copy per peer), plus why each other interface is
@@ -70,6 +73,8 @@ from ipxbridge.policy.relay import (
     Egress,
     Selection,
     build_plan,
+    finding_peers,
+    peer_sources,
     selection_for,
     wireguard_reads,
 )
@@ -80,8 +85,13 @@ from ipxbridge.wire.ipxwrapper import IPXWRAPPER_UDP_PORT
 
 EVERY_INTERFACE: Final = "*"  # the preview selection when the relay is off
 NO_PEERS: Final = (
-    "p2p: no peers known — nothing would be sent; give peers in the config or with --iface "
-    "NAME:PEER,PEER"
+    "p2p: no peers known yet — nothing would be sent until the running bridge hears one "
+    "(an address of this subnet sending a broadcast here); give peers in the config or with "
+    "--iface NAME:PEER,PEER"
+)
+HEARD_NOTE: Final = (
+    "while the bridge runs, addresses of this subnet heard sending broadcasts here become "
+    "peers too (relay.heard_peers)"
 )
 FEW_EGRESSES: Final = "the relay needs at least two usable interfaces"
 EXAMPLES: Final = (
@@ -229,14 +239,32 @@ def _lan_action(iface: Interface, egress: Egress) -> tuple[str, tuple[str, ...]]
 
 
 def _p2p_action(
-    iface: Interface, egress: Egress, sel: Selection | None, wg: Mapping[str, Sequence[str]]
+    iface: Interface,
+    egress: Egress,
+    sel: Selection | None,
+    found: tuple[Mapping[str, Sequence[str]], Mapping[str, Sequence[str]]],
 ) -> str:
     if not egress.peers:
         return NO_PEERS
-    source = _peer_source(
-        iface, sel.peers if sel is not None else (), wg, "given in the config or --iface"
-    )
-    return f"p2p: unicast copy to each peer: {', '.join(egress.peers)} ({source})"
+    wg, openvpn = found
+    chosen = sel if sel is not None else Selection(iface.name)
+    sources = peer_sources(iface, chosen, wg, openvpn, {})
+    groups: dict[str, list[str]] = {}
+    for peer in egress.peers:
+        groups.setdefault(sources.get(peer, "listed"), []).append(peer)
+    said = "; ".join(f"{', '.join(peers)} ({_source_words(s)})" for s, peers in groups.items())
+    return f"p2p: unicast copy to each peer: {said}"
+
+
+def _source_words(source: str) -> str:
+    """Where ``peer_sources`` says a peer came from, in words."""
+    kind, _, path = source.partition(" ")
+    return {
+        "listed": "given in the config or --iface",
+        "wireguard": "from WireGuard AllowedIPs",
+        "openvpn": f"connected OpenVPN clients in {path}",
+        "point-to-point": "from the point-to-point peer address",
+    }.get(kind, source)
 
 
 def _arrivals(egress: Egress, bcasts: Mapping[int, frozenset[str]]) -> str:
@@ -251,10 +279,10 @@ def _peer_source(
     iface: Interface,
     entry_peers: Sequence[str],
     wg: Mapping[str, Sequence[str]],
-    given: str = "from the config",
 ) -> str:
+    """Where an IPX p2p port's peers came from (policy/ipx_ports.plan_ports)."""
     if entry_peers:
-        return given
+        return "from the config"
     if iface.kind == "wireguard" and wg.get(iface.name):
         return "from WireGuard AllowedIPs"
     return "from the point-to-point peer address"
@@ -329,6 +357,7 @@ def describe(
     configured: bool = True,
     ipx: Sequence[IpxInterface] = (),
     rfc1234_port: int = IPX_UDP_PORT,
+    openvpn: Mapping[str, Sequence[str]] | None = None,
 ) -> Report:
     """The relay's plan (``policy.relay.build_plan``) and every interface's part in it.
 
@@ -344,10 +373,12 @@ def describe(
         configured: False when ``selections`` is the ``"*"`` preview of a relay that is off.
         ipx: the ``ipx.interfaces`` entries (``app.ipx.ipx_interfaces``); empty: no IPX ports.
         rfc1234_port: the tunnel's UDP port (``ipx.listen``), which rfc1234 ports use.
+        openvpn: client addresses per OpenVPN status file (``io/openvpn.openvpn_clients``).
 
     Raises:
         ValueError: a pattern with "/" that is not an IPv4 CIDR.
     """
+    openvpn = openvpn or {}
     entries = tuple(ipx)
     ipx_selections = tuple(e.selection for e in entries)
     ipx_matches = tuple(tuple(i.name for i in select(topology, [e.pattern])) for e in entries)
@@ -356,7 +387,7 @@ def describe(
     skip_at = {(s.interface, s.kind): s for s in ipx_skipped}
     chosen = tuple(selections)
     matches = tuple(tuple(i.name for i in select(topology, [s.pattern])) for s in chosen)
-    egresses, own, bcasts = build_plan(topology, chosen, wireguard_peers)
+    egresses, own, bcasts = build_plan(topology, chosen, wireguard_peers, openvpn)
     by_index = {e.index: e for e in egresses}
     primary = topology.primary
     rows: list[InterfaceReport] = []
@@ -376,7 +407,9 @@ def describe(
         elif egress.role == "lan":
             action, notes = _lan_action(iface, egress)
         else:
-            action = _p2p_action(iface, egress, sel, wireguard_peers)
+            action = _p2p_action(iface, egress, sel, (wireguard_peers, openvpn))
+            if sel is not None and not sel.peers:
+                notes = (*notes, HEARD_NOTE)
         if egress is not None:
             notes = (*notes, _arrivals(egress, bcasts))
         is_primary = primary is not None and primary.index == iface.index
@@ -708,6 +741,7 @@ def _read_topology() -> Topology | None:
 
 def run(args: argparse.Namespace) -> int:
     """Body of ``ipxbridge interfaces`` (the namespace comes from :func:`add_parser`)."""
+    from ipxbridge.io.openvpn import openvpn_clients  # noqa: PLC0415 - see above
     from ipxbridge.io.wireguard import read_wireguard_peers  # noqa: PLC0415 - see above
 
     flags: dict[str, Any] = {}
@@ -760,6 +794,10 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     wanted = tuple(dict.fromkeys(names))
     peers = asyncio.run(read_wireguard_peers(wanted)) if wanted else {}
+    # the OpenVPN servers' clients, as the bridge reads them for p2p interfaces without peers
+    openvpn = (
+        openvpn_clients(config.relay.openvpn_status) if finding_peers(topology, selections) else {}
+    )
     # ipx.listen is not off when there are entries (config.IpxSection refuses it).
     tunnel_port = parse_host_port(config.ipx.listen).port if entries else IPX_UDP_PORT
     report = describe(
@@ -769,6 +807,7 @@ def run(args: argparse.Namespace) -> int:
         configured=configured,
         ipx=entries,
         rfc1234_port=tunnel_port,
+        openvpn=openvpn,
     )
     ports = config.relay.ports
     uplinks = uplinks_json(config) if config.ipx.listen != "off" else None

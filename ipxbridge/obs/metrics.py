@@ -31,6 +31,7 @@ from ipxbridge.obs.counters import BUCKETS, TUNNEL, IpxCounters, LatencyHistogra
 from ipxbridge.policy.budget import BOUND_ADDRESS, BOUND_TOTAL
 from ipxbridge.policy.flows import FLOW_EVICTION_REASONS, FLOW_REFUSAL_REASONS
 from ipxbridge.policy.pacing import READ_MODES
+from ipxbridge.policy.peers import HEARD_EVENTS
 from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
 from ipxbridge.policy.relay import RELAY_IO_DROP_REASONS, Egress
 from ipxbridge.policy.switch import POLICY_DROP_REASONS, UNVERIFIED_KINDS
@@ -86,6 +87,10 @@ class RelaySnapshot:
     return_sockets: int = 0
     flow_evictions: dict[str, int] = field(default_factory=dict)
     flows_refused: dict[str, int] = field(default_factory=dict)
+    # p2p peers in the plan by (interface, source: listed, wireguard, openvpn, heard,
+    # point_to_point), and the heard-peer table's events (policy/peers.py HEARD_EVENTS)
+    peers: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    heard_peers: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +262,27 @@ class BridgeCollector(Collector):
         yield returns
         yield evictions
         yield refused
+
+        peers = GaugeMetricFamily(
+            "ipxbridge_relay_peers",
+            "Unicast targets of the relay's p2p interfaces, by interface and where they came"
+            " from (listed, wireguard, openvpn, heard, point_to_point).",
+            labels=["interface", "source"],
+        )
+        heard = CounterMetricFamily(
+            "ipxbridge_relay_heard_peers",
+            "Peers learned from broadcasts arriving on a p2p interface, by event (learned;"
+            " expired: not heard for relay.heard_peer_seconds; evicted: the interface had"
+            " relay.heard_peers).",
+            labels=["event"],
+        )
+        if relay.enabled:
+            for (name, source), n in sorted(relay.peers.items()):
+                peers.add_metric([name, source], n)
+            for event in HEARD_EVENTS:
+                heard.add_metric([event], relay.heard_peers.get(event, 0))
+        yield peers
+        yield heard
 
         copies = CounterMetricFamily(
             "ipxbridge_sent_copies",

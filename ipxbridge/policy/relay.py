@@ -22,6 +22,9 @@ order:
      WireGuard has already held the inner source to the peer's AllowedIPs.
    * ``source_port_zero``: UDP source port 0 (RFC 768): nothing can answer it.
 
+   A source that passes on a ``p2p`` ingress and is in that interface's own subnet is a
+   peer of the tunnel, remembered as one (``heard``, policy/peers.py; bounded, expiring).
+
    Linux drops loopback, multicast, limited-broadcast and own sources as martians before a
    socket sees them; the kernel fast path runs before that, so it needs these rules most.
 5. Copies of copies. Every copy carries the shared DSCP mark (``DSCP_MARK``, kernel or
@@ -82,6 +85,7 @@ from typing import Final, NamedTuple
 
 from ipxbridge.errors import StartupError
 from ipxbridge.policy.dedup import LoopFilter
+from ipxbridge.policy.peers import EXPIRE_SECONDS, MAX_PER_INTERFACE, HeardPeers
 from ipxbridge.policy.topology import Interface, Topology, select
 from ipxbridge.wire.directplay import (
     DP4_ENUM_PORT,
@@ -249,6 +253,8 @@ class RelaySettings:
     enum_rate: float = 10.0  # enumerations per second and source IP (rule 9)
     enum_burst: int = 20
     enum_sources: int = 4096  # sources with a bucket; the least recently seen go first
+    heard_peers: int = MAX_PER_INTERFACE  # peers learned per p2p interface (policy/peers.py)
+    heard_expiry: float = EXPIRE_SECONDS
 
 
 @dataclass(slots=True)
@@ -291,7 +297,8 @@ class RelayPolicy:
         self._any_bcast: frozenset[str] = frozenset()
         self._on_link: dict[int, tuple[ipaddress.IPv4Network, ...]] = {}
         # (ingress, source IP) -> rule 4's verdict; bounded, oldest first out, reset per plan
-        self._sources: OrderedDict[tuple[int, str], str | None] = OrderedDict()
+        self._sources: OrderedDict[tuple[int, str], tuple[str | None, bool]] = OrderedDict()
+        self.heard = HeardPeers(settings.heard_peers, settings.heard_expiry)
         self._loops = LoopFilter(settings.dedup_window, settings.dedup_max_entries)
         self._enums = EnumerationLimit(
             settings.enum_rate, settings.enum_burst, settings.enum_sources
@@ -340,29 +347,32 @@ class RelayPolicy:
         """
         return ip in self._own
 
-    def _source_reason(self, ingress: Egress, ip: str) -> str | None:
-        """Rule 4 for the source address (cached: a few players send most datagrams)."""
+    def _source_reason(self, ingress: Egress, ip: str) -> tuple[str | None, bool]:
+        """Rule 4's verdict on the source, and whether it is on-link there.
+
+        Cached: a few players send most datagrams.
+        """
         key = (ingress.index, ip)
         cache = self._sources
         if key in cache:
             return cache[key]
+        on_link = False
         try:
             addr = ipaddress.IPv4Address(ip)
         except ValueError:
             reason: str | None = "source_invalid"
         else:
+            on_link = any(addr in net for net in self._on_link.get(ingress.index, ()))
             if ip in self._any_bcast or any(addr in net for net in _INVALID_NETS):
                 reason = "source_invalid"
-            elif ingress.role == "lan" and not any(
-                addr in net for net in self._on_link.get(ingress.index, ())
-            ):
+            elif ingress.role == "lan" and not on_link:
                 reason = "source_off_link"
             else:
                 reason = None
-        cache[key] = reason
+        cache[key] = (reason, on_link)
         if len(cache) > SOURCE_CACHE:
             cache.popitem(last=False)
-        return reason
+        return reason, on_link
 
     def decide(
         self,
@@ -392,11 +402,13 @@ class RelayPolicy:
             and not (egress_in.role == "p2p" and dst_ip == egress_in.address)
         ):
             return RelayDecision("not_broadcast")
-        bad_source = self._source_reason(egress_in, src[0])
+        bad_source, on_link = self._source_reason(egress_in, src[0])
         if bad_source is not None:
             return RelayDecision(bad_source)
         if src[1] == 0:
             return RelayDecision("source_port_zero")
+        if on_link and egress_in.role == "p2p":
+            self.heard.hear(egress_in.name, src[0], now)  # a peer of the tunnel (peers.py)
         settings = self.settings
         marked = tos >> 2 == settings.dscp_mark
         if marked and (egress_in.role != "p2p" or not self._lan_out):
@@ -456,8 +468,9 @@ class RelayPolicy:
         self._loops.window = seconds
 
     def purge(self, now: float) -> None:
-        """Forget old duplicate records."""
+        """Forget old duplicate records and peers not heard for long."""
         self._loops.purge(now)
+        self.heard.expire(now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,18 +522,76 @@ def wireguard_reads(topology: Topology, selections: tuple[Selection, ...]) -> tu
     )
 
 
+def peer_sources(
+    iface: Interface,
+    sel: Selection,
+    wireguard_peers: Mapping[str, Sequence[str]],
+    openvpn: Mapping[str, Sequence[str]],
+    heard: Mapping[str, Sequence[str]],
+) -> dict[str, str]:
+    """A p2p interface's peers, each with where it came from, in the order they are used.
+
+    Listed peers (the config's or the command line's, ``listed``) are the only ones when
+    there are any. Otherwise: WireGuard's /32 AllowedIPs (``wireguard``), the connected
+    clients of an OpenVPN server whose virtual address is in the interface's subnet
+    (``openvpn <status file>``), and the addresses of that subnet heard sending broadcasts
+    there (``heard``, policy/peers.py); with none of those, the point-to-point peer address
+    (``point-to-point``).
+    """
+    if sel.peers:
+        return dict.fromkeys(sel.peers, "listed")
+    found: dict[str, str] = {}
+    if iface.kind == "wireguard":
+        found.update(dict.fromkeys(wireguard_peers.get(iface.name, ()), "wireguard"))
+    nets = [a.network for a in iface.addresses]
+    own = {a.address for a in iface.addresses}
+    for path, addresses in openvpn.items():
+        for address in addresses:
+            ip = ipaddress.IPv4Address(address)
+            if address not in own and any(ip in net for net in nets):
+                found.setdefault(address, f"openvpn {path}")
+    for address in heard.get(iface.name, ()):
+        found.setdefault(address, "heard")
+    first = iface.addresses[0]
+    if not found and first.peer:
+        found[first.peer] = "point-to-point"
+    return found
+
+
+def plan_peer_sources(
+    topology: Topology,
+    selections: tuple[Selection, ...],
+    wireguard_peers: Mapping[str, Sequence[str]],
+    openvpn: Mapping[str, Sequence[str]],
+    heard: Mapping[str, Sequence[str]],
+) -> dict[str, dict[str, str]]:
+    """``peer_sources`` of every p2p interface ``build_plan`` uses, by interface name."""
+    return {
+        iface.name: peer_sources(iface, sel, wireguard_peers, openvpn, heard)
+        for iface, sel, role in _chosen(topology, selections)
+        if role == "p2p"
+    }
+
+
+def finding_peers(topology: Topology, selections: tuple[Selection, ...]) -> bool:
+    """Whether a p2p interface in use has no listed peers (``peer_sources`` finds them)."""
+    return any(role == "p2p" and not sel.peers for _, sel, role in _chosen(topology, selections))
+
+
 def build_plan(
     topology: Topology,
     selections: tuple[Selection, ...],
     wireguard_peers: Mapping[str, Sequence[str]],
+    openvpn: Mapping[str, Sequence[str]] | None = None,
+    heard: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[tuple[Egress, ...], frozenset[str], dict[int, frozenset[str]]]:
     """Turn the live topology and the configuration into relay egresses.
 
     An interface is used when it matches a selection, is up and has an IPv4 address; the
-    first matching selection decides its role and peers. A p2p interface without static
-    peers takes its peers from ``wireguard_peers`` (by interface name, as last read for the
-    names ``wireguard_reads`` lists; a name not there has none yet), else its point-to-point
-    peer address.
+    first matching selection decides its role and peers. A p2p interface's peers are
+    ``peer_sources``': listed ones, else those found from ``wireguard_peers`` (by interface
+    name, as last read for the names ``wireguard_reads`` lists), ``openvpn`` (client
+    addresses per status file) and ``heard`` (per interface name).
 
     Returns:
         (egresses, every IPv4 address of the box, subnet broadcasts per interface index).
@@ -535,11 +606,7 @@ def build_plan(
         first = iface.addresses[0]
         peers: tuple[str, ...] = ()
         if role == "p2p":
-            peers = sel.peers or (
-                tuple(wireguard_peers.get(iface.name, ())) if iface.kind == "wireguard" else ()
-            )
-            if not peers and first.peer:
-                peers = (first.peer,)
+            peers = tuple(peer_sources(iface, sel, wireguard_peers, openvpn or {}, heard or {}))
         egresses.append(
             Egress(
                 iface.index,

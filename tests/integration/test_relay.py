@@ -711,3 +711,71 @@ def test_broadcasts_arriving_on_a_tun_interface_are_copied_and_booked_as_copied(
             assert bridge.stop() == 0
     finally:
         os.close(tun)
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("fast_path", ["on", "off"])
+def test_a_tun_peer_heard_broadcasting_gets_the_lans_broadcasts(
+    net: Netns, workdir: Path, fast_path: str
+) -> None:
+    """A tun VPN that does not say who its peers are (tinc, OpenVPN without a status file):
+    with no peers listed (`--iface tun0`, the README's line), the first broadcast a peer
+    sends there makes it a peer, and the LAN's broadcasts go to it from then on (read from
+    the tun device, as the VPN daemon would); /metrics says where the peer came from."""
+    box, host = net.add("box"), net.add("h")
+    net.link(box, "lanA", "10.65.1.1/24", host, "eth0", "10.65.1.20/24")
+    with inside(box):
+        tun = os.open("/dev/net/tun", os.O_RDWR)
+    try:
+        fcntl.ioctl(tun, TUNSETIFF, struct.pack("16sH", b"tun0", IFF_TUN | IFF_NO_PI))
+        os.set_blocking(tun, False)
+        sh("ip", "-n", box, "addr", "add", "10.8.0.1/24", "dev", "tun0")
+        sh("ip", "-n", box, "link", "set", "tun0", "up")
+        bridge = BridgeProcess(
+            net,
+            box,
+            *("--ipx-listen", "off", "--source-mode", "preserve", "--fast-path", fast_path),
+            *("--iface", "tun0", "--iface", "lanA"),
+            log_dir=workdir,
+            ready=r"relaying between: .*tun0 \(p2p, NO peers known",
+        )
+        player = Net.udp(host, 50008, device="eth0")
+
+        def copies_on_tun(seconds: float) -> list[tuple[str, bytes]]:
+            out: list[tuple[str, bytes]] = []
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                try:
+                    packet = os.read(tun, 65535)
+                except BlockingIOError:
+                    time.sleep(0.01)
+                    continue
+                ihl = (packet[0] & 0x0F) * 4
+                if packet[9] == 17 and struct.unpack_from("!H", packet, ihl + 2)[0] == 47624:
+                    out.append((socket.inet_ntoa(packet[16:20]), packet[ihl + 8 :]))
+            return out
+
+        try:
+            player.sendto(b"before", ("255.255.255.255", 47624))
+            assert copies_on_tun(1.0) == []  # no peer known yet: nothing to send to
+            (packet,) = build_ip_udp(
+                ("10.8.0.2", 5000), ("255.255.255.255", 47624), b"hello", ttl=64, ident=1, mtu=1500
+            )
+            os.write(tun, packet)
+            bridge.wait_for(r"relaying between: .*tun0 \(p2p, 1 peers: 10\.8\.0\.2 \(heard\)", 5)
+            got: list[tuple[str, bytes]] = []
+            deadline = time.monotonic() + 5
+            n = 0
+            while len(got) < 5 and time.monotonic() < deadline:
+                player.sendto(b"after %d" % n, ("255.255.255.255", 47624))
+                n += 1
+                got += copies_on_tun(0.2)
+            assert got[:5] == [("10.8.0.2", b"after %d" % i) for i in range(5)], got
+            metrics = bridge_get(box, "/metrics")
+            assert 'ipxbridge_relay_peers{interface="tun0",source="heard"} 1.0' in metrics
+            assert 'ipxbridge_relay_heard_peers_total{event="learned"} 1.0' in metrics
+        finally:
+            player.close()
+            assert bridge.stop() == 0
+    finally:
+        os.close(tun)
