@@ -30,7 +30,7 @@ die() {
 APT_PACKAGES=(
     dosbox iproute2 util-linux tshark tcpdump wireguard-go wireguard-tools nftables
     prometheus chromium docker-compose shellcheck systemd podman buildah runc debootstrap
-    python3-venv nasm
+    python3-venv nasm openvpn tinc nebula openssl
 )
 PYTHON=${PYTHON:-python3}
 VENV=.venv
