@@ -779,3 +779,149 @@ def test_a_tun_peer_heard_broadcasting_gets_the_lans_broadcasts(
             assert bridge.stop() == 0
     finally:
         os.close(tun)
+
+
+IFF_TAP = 0x0002
+TAP_MAC = bytes.fromhex("020000000902")  # the VPN's side of tap0 (the test)
+
+
+def open_vpn_device(box: str, name: str, flags: int) -> int:
+    """A tun or tap device in ``box``, held by the test (the VPN daemon's side of it)."""
+    with inside(box):
+        fd = os.open("/dev/net/tun", os.O_RDWR)
+    fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), flags | IFF_NO_PI))
+    os.set_blocking(fd, False)
+    return fd
+
+
+def relay_copies_at(box: str) -> dict[str, float]:
+    """``ipxbridge_sent_copies_total{path="relay"}`` by interface, and the fast path's drops."""
+    out: dict[str, float] = {}
+    for line in bridge_get(box, "/metrics").splitlines():
+        if line.startswith("ipxbridge_sent_copies_total{") and 'path="relay"' in line:
+            out[line.split('interface="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("ipxbridge_fastpath_dropped_packets_total{"):
+            out["fastpath_" + line.split('reason="')[1].split('"')[0]] = float(
+                line.rsplit(" ", 1)[1]
+            )
+    return out
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("fast_path", ["on", "off"])
+def test_copies_booked_equal_copies_delivered_for_every_ingress_kind_and_destination(
+    net: Netns, workdir: Path, fast_path: str
+) -> None:
+    """Whatever reaches a relay port is relayed or counted as dropped, and a copy is booked
+    only when it arrived. Ingress kinds: a LAN (veth), a tun VPN (OpenVPN tun, tinc router:
+    no link layer) and a tap VPN (OpenVPN tap, tinc switch: role lan); destinations: the
+    limited broadcast, the subnet's broadcast and (on the tun) the bridge's own address. Each
+    copy is counted where it lands (a socket on the LAN, the tun and tap devices' own side)
+    and compared with ipxbridge_sent_copies_total per interface, on both paths."""
+    box, host = net.add("box"), net.add("h")
+    net.link(box, "lanA", "10.66.1.1/24", host, "eth0", "10.66.1.20/24")
+    tun = open_vpn_device(box, "tun0", IFF_TUN)
+    tap = open_vpn_device(box, "tap0", IFF_TAP)
+    try:
+        for name, address in (("tun0", "10.8.0.1/24"), ("tap0", "10.9.0.1/24")):
+            sh("ip", "-n", box, "addr", "add", address, "dev", name)
+            sh("ip", "-n", box, "link", "set", name, "up")
+        bridge = BridgeProcess(
+            net,
+            box,
+            *("--ipx-listen", "off", "--source-mode", "preserve", "--fast-path", fast_path),
+            *("--iface", "lanA", "--iface", "tun0:10.8.0.2", "--iface", "tap0"),
+            log_dir=workdir,
+            ready=r"relaying between: .*lanA.*tun0.*tap0",
+        )
+        listener = Net.udp(host, 47624, device="eth0")
+        listener.settimeout(0.05)
+        player = Net.udp(host, 50009, device="eth0")
+        delivered = {"lanA": 0, "tun0": 0, "tap0": 0}
+
+        def tag(payload: bytes) -> bool:
+            return payload.startswith(b"books ")
+
+        def collect(seconds: float) -> None:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                idle = True
+                with contextlib.suppress(TimeoutError):
+                    data, _ = listener.recvfrom(2048)
+                    idle = False
+                    if tag(data) and not data.startswith(b"books lanA"):
+                        delivered["lanA"] += 1  # (the host hears its own broadcasts too)
+                for name, fd, offset in (("tun0", tun, 0), ("tap0", tap, 14)):
+                    try:
+                        frame = os.read(fd, 65535)
+                    except BlockingIOError:
+                        continue
+                    idle = False
+                    packet = frame[offset:]
+                    if offset and frame[12:14] != b"\x08\x00":
+                        continue  # ARP, IPv6 on the tap
+                    if packet[9] != 17:
+                        continue
+                    ihl = (packet[0] & 0x0F) * 4
+                    dport = struct.unpack_from("!H", packet, ihl + 2)[0]
+                    if dport == 47624 and tag(packet[ihl + 8 :]):
+                        expected = "10.8.0.2" if name == "tun0" else "10.9.0.255"
+                        assert socket.inet_ntoa(packet[16:20]) == expected
+                        delivered[name] += 1
+                if idle:
+                    time.sleep(0.005)
+
+        sent = 0
+        cases = [
+            ("lanA", "255.255.255.255"),
+            ("lanA", "10.66.1.255"),
+            ("tun0", "255.255.255.255"),
+            ("tun0", "10.8.0.255"),
+            ("tun0", "10.8.0.1"),
+            ("tap0", "255.255.255.255"),
+            ("tap0", "10.9.0.255"),
+        ]
+        try:
+            for n in range(5):
+                for ingress, dst in cases:
+                    payload = b"books %s %s %d" % (ingress.encode(), dst.encode(), n)
+                    if ingress == "lanA":
+                        player.sendto(payload, (dst, 47624))
+                    else:
+                        src = "10.8.0.2" if ingress == "tun0" else "10.9.0.2"
+                        (packet,) = build_ip_udp(
+                            (src, 5000), (dst, 47624), payload, ttl=64, ident=sent, mtu=1500
+                        )
+                        if ingress == "tun0":
+                            os.write(tun, packet)
+                        else:
+                            os.write(tap, b"\xff" * 6 + TAP_MAC + b"\x08\x00" + packet)
+                    sent += 1
+                    collect(0.02)
+            collect(1.0)
+            # every original copied to both other interfaces, once: 5 x (2 lan + 3 tun + 2 tap)
+            expected = {
+                name: 5 * sum(1 for ingress, _ in cases if ingress != name) for name in delivered
+            }
+            assert delivered == expected == {"lanA": 25, "tun0": 20, "tap0": 25}, delivered
+            # the kernel's counters are read every 5 s
+            deadline = time.monotonic() + 12
+            while True:
+                copies = relay_copies_at(box)
+                booked = {k: copies.get(k, 0.0) for k in delivered}
+                if booked == delivered or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            assert booked == delivered, copies
+            totals, reasons = relay_books_at(box)
+            uninspected = copies.get("fastpath_uninspected", 0.0)
+            assert totals["received"] + uninspected == sent, (totals, copies, reasons)
+            assert totals["relayed"] == totals["received"], (totals, reasons)
+            assert totals["dropped"] == 0, (totals, reasons)
+        finally:
+            for s in (listener, player):
+                s.close()
+            assert bridge.stop() == 0
+    finally:
+        os.close(tun)
+        os.close(tap)
