@@ -570,7 +570,7 @@ class RelaySection(_Model):
     ports: tuple[Annotated[int, Field(ge=1, le=65_535, strict=True)], ...] = DEFAULT_RELAY_PORTS
     source_mode: Literal["auto", "preserve", "rewrite"] = "auto"
     # Kernel fast path (nftables dup) for preserve mode: auto = when nft and CAP_NET_ADMIN
-    # are available. Off: every copy is made in Python (needed to chain relays).
+    # are available. Off: every copy is made in Python (same decisions, slower).
     fast_path: Literal["auto", "on", "off"] = "auto"
     dedup_window: Annotated[float, Field(ge=0, le=60, strict=True)] = 2.0
     # Rewrite-mode flow table (policy/flows.py): sockets in all, of which unproven at most,
