@@ -185,15 +185,17 @@ by table and tier (``evictions``).
 """
 
 import itertools
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from ipaddress import IPv4Address, IPv4Network
 from typing import Final, Literal, NamedTuple
 
+from ipxbridge.policy.bridges import SegmentBridges
 from ipxbridge.policy.budget import ReflectionLimit
 from ipxbridge.policy.dedup import DuplicateFilter
+from ipxbridge.policy.ports import Address, Port, PortKind, Segment
 from ipxbridge.policy.tables import EgressGuard, ProvenTable
 from ipxbridge.policy.uplink import UplinkServer
 from ipxbridge.wire.errors import WireError
@@ -202,15 +204,11 @@ from ipxbridge.wire.ipx import (
     BROADCAST_NODE,
     DEFAULT_FILTERED_SOCKETS,
     HEADER_LEN,
-    MAX_BEACON_PEERS,
-    MAX_BEACON_TAGS,
     MAX_HOPS,
     SOCKET_BEACON,
-    TAG_LEN,
     ZERO_NET,
     ZERO_NODE,
     IpxHeader,
-    build_beacon,
     build_packet,
     build_ping,
     build_ping_reply,
@@ -219,7 +217,6 @@ from ipxbridge.wire.ipx import (
     forgiven,
     is_beacon,
     keyed_node,
-    parse_beacon,
     parse_header,
     rfc1234_node,
     with_dst_net,
@@ -228,43 +225,10 @@ from ipxbridge.wire.ipx import (
 from ipxbridge.wire.ipxwrapper import CoalescedError, unpack_coalesced
 from ipxbridge.wire.uplink import is_uplink_control, normalise_data
 
-Address = tuple[str, int]
 _NO_CHECKSUM: Final = b"\xff\xff"
 _CLIENT_NETS: Final = frozenset((ZERO_NET, ALL_NETS))  # networks clients deliver (rule 10)
-
-
-class PortKind(StrEnum):
-    """The kinds of interface port; DOSBox clients and peers are UDP addresses."""
-
-    ETHERNET = "ethernet"  # native IPX frames on an AF_PACKET socket (docs/protocols.md 3.1)
-    IPXWRAPPER = "ipxwrapper"  # IPXWrapper's own UDP encapsulation, port 54792 (6)
-    RFC1234 = "rfc1234"  # RFC 1234 hosts on a subnet, UDP 213 (5)
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One IPX segment: an interface, spoken to in one encapsulation."""
-
-    interface: str
-    kind: PortKind
-
-    def __str__(self) -> str:
-        return f"{self.interface}/{self.kind}"
-
-
-# A port: a DOSBox-protocol client or RFC 1234 peer (its UDP address), or a segment.
-Port = Address | Segment
-
-# Rule 8: how often a bridge announces itself, and how long an announcement counts.
-BEACON_INTERVAL: Final = 5.0
-BEACON_TTL: Final = 3 * BEACON_INTERVAL
-MAX_BRIDGES_PER_SEGMENT: Final = 16  # other bridges remembered per segment (rule 8)
-BEACON_ANSWER_GAP: Final = 0.2  # at most one immediate beacon answer this often (rule 8)
 # Rule 9: a packet leaves by a given port at most once in this window, however it came.
 EGRESS_WINDOW: Final = 0.25
-# The first byte of a segment's tag names its kind, so a tag copied from one kind's beacons
-# does not make a bridge appear on another kind of the same wire (rule 8).
-_KIND_CODE: Final = {"ethernet": 1, "ipxwrapper": 2, "rfc1234": 3}
 
 
 class Outcome(StrEnum):
@@ -374,29 +338,6 @@ class Peer:
     rx_bytes: int = 0
     tx_packets: int = 0
     tx_bytes: int = 0
-
-
-@dataclass(slots=True)
-class HeardBridge:
-    """Another bridge's last beacon on one segment (rule 8)."""
-
-    at: float
-    seq: int
-    tag: bytes
-    peers: frozenset[bytes]  # as the beacon lists them (trusted only when signed)
-    signed: bool
-    sender: object = None  # the link-layer source of its beacons: its port's MAC or IP
-
-
-@dataclass(frozen=True, slots=True)
-class PeerBridge:
-    """What a peer said of itself in its last beacon over the peer link (rule 8)."""
-
-    at: float
-    seq: int
-    bridge_id: bytes
-    tags: frozenset[bytes]  # the tags of the segments it is on
-    peers: frozenset[bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -562,9 +503,6 @@ class IpxSwitch:
         self._ports: tuple[Port, ...] = ()
         # Keyed by the ingress, and by the bridge whose copy it was when one put it there
         self._flood_targets: dict[object, tuple[Port, ...]] = {}
-        # segment -> link-layer source -> the trusted bridge whose port it is (rule 8), built
-        # when first asked: a segment packet asks once, not once per bridge heard
-        self._senders: dict[Segment, dict[object, bytes]] = {}
         self._peer_targets: dict[object, tuple[Port, ...]] = {}
         # Registered, not yet proven (rule 2); insertion order = age, for eviction.
         self._unverified: dict[Address, None] = {}
@@ -590,15 +528,18 @@ class IpxSwitch:
         # segment come back to its socket) and the RFC 1234 segment a UDP source is on.
         self.own_ips: frozenset[str] = frozenset()
         self.udp_segment_for: Callable[[str], Segment | None] = lambda _ip: None
-        self._beacon_key = beacon_key or None
         ticks = itertools.count(1)
-        self._beacon_clock = beacon_clock or (lambda: next(ticks))
-        self._tags: dict[Segment, bytes] = {}  # this bridge's tag on each segment (rule 8)
-        self._peer_info: dict[Address, PeerBridge] = {}  # what each peer said (rule 8)
-        # segment -> bridge id -> its last beacon there; least recently heard first
-        self._heard: dict[Segment, OrderedDict[bytes, HeardBridge]] = {}
-        self._next_beacon = 0.0
-        self._next_answer = 0.0
+        # Rule 8: the other bridges on this bridge's segments (policy/bridges.py).
+        self.bridges = SegmentBridges(
+            self.bridge_id,
+            segments=self.segments,
+            peers=self.peers,
+            key=beacon_key,
+            clock=beacon_clock or (lambda: next(ticks)),
+            random_bytes=self._random_bytes,
+            evictions=self.evictions,
+            on_change=self._topology_changed,
+        )
         # Uplinks (docs/protocols.md 3.9): authenticated ones, by address, with this bridge's
         # role on them ("server": a remote client connected to us; "client": we connected).
         self.uplinks: dict[Address, str] = {}
@@ -624,7 +565,7 @@ class IpxSwitch:
         if peer is None:
             return
         self._static_nodes.pop(peer.node, None)
-        self._peer_info.pop(addr, None)
+        self.bridges.remove_peer(addr)
         self._forget_learned(addr)
         self._rebuild_ports()
 
@@ -649,8 +590,7 @@ class IpxSwitch:
         if segment in self.segments:
             return
         self.segments[segment] = None
-        self._tags[segment] = bytes((_KIND_CODE[segment.kind],)) + self._random_bytes(TAG_LEN - 1)
-        self._next_beacon = 0.0
+        self.bridges.add_segment(segment)
         self._rebuild_ports()
 
     def remove_segment(self, segment: Segment) -> None:
@@ -665,7 +605,7 @@ class IpxSwitch:
         """
         if self.segments.pop(segment, 0) is not None:
             return
-        self._tags.pop(segment, None)
+        self.bridges.remove_segment(segment)
         self._forget_learned(segment)
         self._rebuild_ports()
 
@@ -694,114 +634,18 @@ class IpxSwitch:
 
     def set_beacon_key(self, key: bytes | None) -> None:
         """Sign and check beacons with a new key (reload): what the old one vouched goes."""
-        key = key or None
-        if key == self._beacon_key:
-            return
-        self._beacon_key = key
-        self._heard.clear()
-        self._peer_info.clear()
-        self._topology_changed()
-        self._next_beacon = 0.0  # announce under the new key at the next tick
+        self.bridges.set_key(key)
 
     def _rebuild_ports(self) -> None:
         self._ports = (*self.clients, *self.peers, *self.uplinks, *self.segments)
         self._flood_targets.clear()
         self._peer_targets.clear()
-        self._senders.clear()
-
-    def _peer_identity(self, addr: Address) -> bytes:
-        """How bridges name a peer in beacons: its bridge id, else ``00 00`` + IPv4."""
-        info = self._peer_info.get(addr)
-        return info.bridge_id if info is not None else self.peers[addr].node
-
-    def _trusted(self, bridge: bytes, heard: HeardBridge) -> bool:
-        """Is a bridge heard on a segment really there (rule 8)?
-
-        Signed with the shared key, or, without a key, confirmed through the peer link: it
-        is a configured peer's bridge id and the tag it sent is one that peer declared.
-        """
-        if heard.signed:
-            return True
-        if self._beacon_key is not None:
-            return False
-        return any(
-            info.bridge_id == bridge and heard.tag in info.tags for info in self._peer_info.values()
-        )
-
-    def _peers_of(self, bridge: bytes, heard: HeardBridge) -> frozenset[bytes]:
-        """The peers of a trusted bridge: from its signed beacon, else from its peer link.
-
-        An unsigned segment beacon's peer list is never believed: its tag can be copied by
-        anyone who heard the real one.
-        """
-        if heard.signed:
-            return heard.peers
-        for info in self._peer_info.values():
-            if info.bridge_id == bridge:
-                return info.peers
-        return frozenset()
-
-    def trusted_bridges(self, segment: Segment) -> dict[bytes, HeardBridge]:
-        """The bridges trusted on ``segment`` now (rule 8)."""
-        heard = self._heard.get(segment)
-        if not heard:
-            return {}
-        return {b: h for b, h in heard.items() if self._trusted(b, h)}
-
-    def _skip_for(self, ingress: Port) -> frozenset[Port]:
-        """The ports another bridge serves for a packet from ``ingress`` (rule 8)."""
-        if isinstance(ingress, tuple) and ingress in self.peers:
-            # A peer that has the ingress peer as a peer too gets the packet from it directly:
-            # a copy from here would reach it first at times, and it would take this bridge
-            # for the sender and leave the packet off the segments this bridge is on.
-            identity = self._peer_identity(ingress)
-            direct = frozenset(
-                a for a, info in self._peer_info.items() if a != ingress and identity in info.peers
-            )
-            return direct | self._segments_skipped(ingress)
-        return self._segments_skipped(ingress)
-
-    def _segments_skipped(self, ingress: Port) -> frozenset[Port]:
-        """The segments where another bridge puts a packet from ``ingress`` (rule 8)."""
-        if not self._heard:
-            return frozenset()
-        own = self.bridge_id
-        trusted = {seg: self.trusted_bridges(seg) for seg in self.segments}
-        out: set[Port] = set()
-        if isinstance(ingress, Segment):
-            here = trusted.get(ingress, {})
-            lower = {b for b in here if b < own}
-            if lower:
-                out.update(
-                    seg for seg, there in trusted.items() if seg != ingress and lower & there.keys()
-                )
-            # A peer on the ingress segment heard the packet there itself.
-            out.update(a for a in self.peers if self._peer_identity(a) in here)
-            return frozenset(out)
-        if ingress not in self.peers:
-            return frozenset()
-        identity = self._peer_identity(ingress)
-        for segment, there in trusted.items():
-            if identity in there:
-                out.add(segment)  # the peer is on this segment itself
-            elif any(b < own and identity in self._peers_of(b, h) for b, h in there.items()):
-                out.add(segment)
-        return frozenset(out)
+        self.bridges.clear_cache()
 
     def _topology_changed(self) -> None:
         """Rule 8's view changed: the cached target lists are stale."""
         self._flood_targets.clear()
         self._peer_targets.clear()
-        self._senders.clear()
-
-    def _served_by(self, bridge: bytes) -> frozenset[Port]:
-        """The ports where ``bridge`` puts a packet itself (rule 8).
-
-        The segments it is trusted on, and its peer link.
-        """
-        segments = {seg for seg in self.segments if bridge in self.trusted_bridges(seg)}
-        links = {a for a, info in self._peer_info.items() if info.bridge_id == bridge}
-        return frozenset(segments | links)
 
     def _all_but(self, ingress: Port, bridge: bytes | None = None) -> tuple[Port, ...]:
         """Every port except the ingress, cached until membership changes.
@@ -811,9 +655,9 @@ class IpxSwitch:
         key = ingress if bridge is None else (ingress, bridge)
         targets = self._flood_targets.get(key)
         if targets is None:
-            shared = self._skip_for(ingress)
+            shared = self.bridges.skip_for(ingress)
             if bridge is not None:
-                shared |= self._served_by(bridge)
+                shared |= self.bridges.served_by(bridge)
             targets = tuple(p for p in self._ports if p != ingress and p not in shared)
             self._flood_targets[key] = targets
         return targets
@@ -823,27 +667,13 @@ class IpxSwitch:
         key = ingress if bridge is None else (ingress, bridge)
         targets = self._peer_targets.get(key)
         if targets is None:
-            shared = self._skip_for(ingress)
+            shared = self.bridges.skip_for(ingress)
             if bridge is not None:
-                shared |= self._served_by(bridge)
+                shared |= self.bridges.served_by(bridge)
             owners: tuple[Port, ...] = (*self.peers, *self.uplinks, *self.segments)
             targets = tuple(p for p in owners if p != ingress and p not in shared)
             self._peer_targets[key] = targets
         return targets
-
-    def _bridge_sent(self, segment: Segment, sender: object) -> bytes | None:
-        """The trusted bridge that put a packet on ``segment``, if any (rule 8).
-
-        ``sender`` is the frame's source MAC or the datagram's source IP.
-        """
-        if sender is None:
-            return None
-        senders = self._senders.get(segment)
-        if senders is None:
-            trusted = self.trusted_bridges(segment).items()
-            senders = {h.sender: b for b, h in trusted if h.sender is not None}
-            self._senders[segment] = senders
-        return senders.get(sender)
 
     def _register(self, addr: Address, now: float) -> Decision:
         client = self.clients.get(addr)
@@ -1140,7 +970,7 @@ class IpxSwitch:
         # A copy another bridge put here (its own client's packet, or one from its peer) may
         # reach this bridge before the copy over the peer link does; it is that bridge's
         # to carry to the ports it serves, whatever the bridge ids (rule 8).
-        bridge = self._bridge_sent(segment, sender) if self._heard else None
+        bridge = self.bridges.bridge_sent(segment, sender) if self.bridges.any_heard else None
         return self._forward(
             header,
             data,
@@ -1155,93 +985,23 @@ class IpxSwitch:
         )
 
     def _peer_beacon(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
-        """A peer's beacon over the peer link: its bridge id, tags and peers (rule 8)."""
-        try:
-            beacon = parse_beacon(header, data, self._beacon_key)
-        except WireError as exc:
-            return _drop(exc.reason)
-        before = self._peer_info.get(src)
-        if (
-            before is not None
-            and self._beacon_key is not None
-            and before.bridge_id == beacon.bridge_id
-            and beacon.seq <= before.seq
-        ):
-            return _drop("beacon_replay")
-        info = PeerBridge(now, beacon.seq, beacon.bridge_id, beacon.tags, beacon.peers)
-        self._peer_info[src] = info
-        if before is not None and (before.bridge_id, before.tags, before.peers) == (
-            info.bridge_id,
-            info.tags,
-            info.peers,
-        ):
-            return Decision(Outcome.CONTROL, "beacon")
-        self._topology_changed()
-        if not self.segments or not self._may_answer(now):
-            return Decision(Outcome.CONTROL, "beacon")
-        # New or changed (it just started, or opened a port): answer at once, on the peer
-        # link and on every segment, so that both sides can confirm each other before the
-        # next beacon tick (rule 8).
-        return Decision(Outcome.CONTROL, "beacon", replies=tuple(self._announcements()))
+        """A peer's beacon over the peer link (rule 8: policy/bridges.py)."""
+        reason, answer = self.bridges.peer_beacon(src, header, data, now)
+        return self._beacon_decision(reason, answer)
 
     def _segment_beacon(
         self, segment: Segment, header: IpxHeader, data: bytes, now: float, sender: object
     ) -> Decision:
-        """Another bridge's beacon on a segment: remembered, believed only if trusted (rule 8)."""
-        try:
-            beacon = parse_beacon(header, data, self._beacon_key)
-        except WireError as exc:
-            return _drop(exc.reason)
-        bridge = beacon.bridge_id
-        if bridge == self.bridge_id:
-            return _drop("own_packet")
-        if beacon.tag[0] != _KIND_CODE[segment.kind]:
-            return _drop("beacon_unverified")  # a tag of another kind of port, copied here
-        seen = self._heard.setdefault(segment, OrderedDict())
-        before = seen.pop(bridge, None)
-        if before is not None and self._beacon_key is not None and beacon.seq <= before.seq:
-            seen[bridge] = before
-            return _drop("beacon_replay")
-        heard = HeardBridge(now, beacon.seq, beacon.tag, beacon.peers, beacon.signed, sender)
-        seen[bridge] = heard
-        if len(seen) > MAX_BRIDGES_PER_SEGMENT:
-            self._evict_bridge(seen)
-        was_trusted = before is not None and self._trusted(bridge, before)
-        trusted = self._trusted(bridge, heard)
-        if (was_trusted or trusted) and (
-            was_trusted != trusted
-            or before is None
-            or (before.peers, before.sender) != (heard.peers, heard.sender)
-        ):
-            self._topology_changed()  # only trusted bridges shape the targets
-        if not trusted:
-            # Remembered (bounded), so a peer's confirmation that arrives later counts, but
-            # it changes nothing until then: a bystander's forgery can at worst leave a
-            # duplicate, never silence (rule 8).
-            return _drop("beacon_unverified")
-        if not was_trusted and segment in self.segments and self._may_answer(now):
-            # A bridge new here (it just started): answer at once, here and to the peers
-            # (which may be that bridge), so neither puts the other's packets on the segment
-            # for a beacon interval (rule 8).
-            return Decision(Outcome.CONTROL, "beacon", replies=tuple(self._announcements()))
+        """Another bridge's beacon on a segment (rule 8: policy/bridges.py)."""
+        reason, answer = self.bridges.segment_beacon(segment, header, data, now, sender)
+        return self._beacon_decision(reason, answer)
+
+    def _beacon_decision(self, reason: str, answer: bool) -> Decision:
+        if reason != "beacon":
+            return _drop(reason)
+        if answer:
+            return Decision(Outcome.CONTROL, "beacon", replies=tuple(self.bridges.announcements()))
         return Decision(Outcome.CONTROL, "beacon")
-
-    def _evict_bridge(self, seen: OrderedDict[bytes, HeardBridge]) -> None:
-        """Make room on a full segment: the least recently heard untrusted bridge goes first."""
-        victim = next((b for b, h in seen.items() if not self._trusted(b, h)), None)
-        reason = "unproven"
-        if victim is None:
-            victim, reason = next(iter(seen)), "proven"
-            self._topology_changed()  # a trusted bridge goes: the cached targets with it
-        del seen[victim]
-        self.evictions[("bridges", reason)] += 1
-
-    def _may_answer(self, now: float) -> bool:
-        """Immediate beacon answers are rate-limited: a beacon never triggers a burst."""
-        if now < self._next_answer:
-            return False
-        self._next_answer = now + BEACON_ANSWER_GAP
-        return True
 
     def _learn(self, node: bytes, port: Port, now: float) -> None:
         if node in (BROADCAST_NODE, ZERO_NODE) or node in self._static_nodes:
@@ -1529,52 +1289,12 @@ class IpxSwitch:
         return out
 
     def beacons(self, now: float) -> list[tuple[bytes, Port]]:
-        """Rule 8: announce the bridge on every segment and to every peer; forget the silent.
-
-        Only a bridge with segments announces itself: the rule is about segments.
-        """
-        if now < self._next_beacon:
-            return []
-        self._next_beacon = now + BEACON_INTERVAL
-        for seen in self._heard.values():
-            for bridge, heard in list(seen.items()):
-                if now - heard.at >= BEACON_TTL:
-                    del seen[bridge]
-                    self._topology_changed()
-        for addr, info in list(self._peer_info.items()):
-            if now - info.at >= BEACON_TTL:
-                # Its tags confirm nothing any more: a port it closed is not believed forever.
-                del self._peer_info[addr]
-                self._topology_changed()
-        if not self.segments:
-            return []
-        return self._announcements()
-
-    def _announcements(self) -> list[tuple[bytes, Port]]:
-        """This bridge's beacon on each segment (with its tag) and to each peer (all tags)."""
-        peers = self._own_peers()
-        key = self._beacon_key
-        seq = self._beacon_clock()
-        out: list[tuple[bytes, Port]] = [
-            (build_beacon(self.bridge_id, peers=peers, seq=seq, tag=tag, key=key), segment)
-            for segment, tag in self._tags.items()
-        ]
-        tags = tuple(self._tags.values())[:MAX_BEACON_TAGS]
-        out += [
-            (build_beacon(self.bridge_id, p.node, peers, seq=seq, tags=tags, key=key), addr)
-            for addr, p in self.peers.items()
-        ]
-        return out
-
-    def _own_peers(self) -> tuple[bytes, ...]:
-        """The identities of this bridge's peers, as its beacons list them."""
-        return tuple(self._peer_identity(a) for a in self.peers)[:MAX_BEACON_PEERS]
+        """Rule 8: announce the bridge on every segment and to every peer; forget the silent."""
+        return self.bridges.beacons(now)
 
     def bridges_on(self, segment: Segment) -> tuple[bytes, ...]:
         """The other bridges trusted on ``segment`` within ``BEACON_TTL`` (rule 8)."""
-        if segment not in self.segments:
-            return ()  # remembered while it is detached (``remove_segment``), not on it now
-        return tuple(self.trusted_bridges(segment))
+        return self.bridges.bridges_on(segment)
 
     def learned_segment_nodes(self) -> list[tuple[bytes, Segment, float]]:
         """(node, segment, last heard) of every station learned on an interface port."""

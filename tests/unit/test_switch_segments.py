@@ -7,10 +7,8 @@ an Ethernet port with the frame's framing as ``via``).
 
 import pytest
 
+from ipxbridge.policy.bridges import BEACON_INTERVAL, BEACON_TTL, MAX_BRIDGES_PER_SEGMENT
 from ipxbridge.policy.switch import (
-    BEACON_INTERVAL,
-    BEACON_TTL,
-    MAX_BRIDGES_PER_SEGMENT,
     Address,
     IpxSwitch,
     Outcome,
@@ -288,6 +286,39 @@ def test_with_a_key_only_signed_fresh_beacons_count() -> None:
     # An unsigned beacon over the peer link does not count either.
     unsigned = ipx.build_beacon(PEER_ID, ipx.rfc1234_node(PEER[0]), seq=5, tags=(tag(ETH0, 9),))
     assert sw.handle(unsigned, PEER, 2.5).detail == "beacon_unverified"
+
+
+def test_a_recorded_beacon_replayed_after_its_bridge_fell_silent_is_refused() -> None:
+    """Rule 8 (policy/bridges.py): a signed beacon's sequence is remembered far beyond its
+    record's expiry, so a recording replayed once the bridge is gone does not bring it back
+    (before, the record expired with BEACON_TTL and the replay was new again)."""
+    sw = keyed()
+    p = (ipx.rfc1234_node(PEER[0]),)  # LOWER has PEER as a peer too, and a lower id
+    recorded = ipx.build_beacon(LOWER, peers=p, seq=5000, tag=tag(ETH0, 1), key=KEY)
+    assert sw.handle_segment(ETH0, recorded, 5.0, via=Framing.LLC).detail == "beacon"
+    assert sw.bridges_on(ETH0) == (LOWER,)
+    from_peer = ipx.rfc1234_node(PEER[0])
+    assert ETH0 not in sw.handle(packet(from_peer, data=b"x"), PEER, 5.5).targets  # LOWER's
+    now = 5.0
+    while now < 5.0 + BEACON_TTL + BEACON_INTERVAL:  # LOWER switched off: nothing more
+        sw.tick(now)
+        now += 0.5
+    assert sw.bridges_on(ETH0) == ()
+    for n in range(10):  # replayed every 2 s from then on
+        now += 2.0
+        sw.tick(now)
+        assert sw.handle_segment(ETH0, recorded, now, via=Framing.LLC).detail == "beacon_replay"
+        assert sw.bridges_on(ETH0) == ()
+        assert ETH0 in sw.handle(packet(from_peer, data=b"%d" % n), PEER, now).targets
+    # The bridge itself, back with a newer sequence, counts at once.
+    fresh = ipx.build_beacon(LOWER, peers=p, seq=int(now * 1000), tag=tag(ETH0, 1), key=KEY)
+    assert sw.handle_segment(ETH0, fresh, now, via=Framing.LLC).detail == "beacon"
+    assert sw.bridges_on(ETH0) == (LOWER,)
+    # A sequence is remembered per way: the same round's beacon over the peer link counts.
+    link = ipx.build_beacon(PEER_ID, sw.peers[PEER].node, seq=7000, tags=(tag(ETH0, 9),), key=KEY)
+    on_seg = ipx.build_beacon(PEER_ID, seq=7000, tag=tag(ETH0, 9), key=KEY)
+    assert sw.handle_segment(ETH0, on_seg, now, via=Framing.LLC).detail == "beacon"
+    assert sw.handle(link, PEER, now).detail == "beacon"
 
 
 def test_packets_between_two_kinds_on_one_wire_are_translated_by_the_lowest_bridge() -> None:
