@@ -262,7 +262,7 @@ def test_interfaces_prints_the_plan_the_relay_executes(
         assert bridge.stop() == 0
     assert (
         f"relaying between: lan0 (lan, broadcast 10.61.1.255); br0 (lan, broadcast "
-        f"10.61.2.255); {wg_name} (p2p, 1 peers: 10.98.0.2)"
+        f"10.61.2.255); {wg_name} (p2p, 1 peers: 10.98.0.2 (wireguard))"
     ) in log
     fields = ("role", "address", "broadcast", "peers", "mtu")
     assert {e["name"]: [e[f] or "" if f == "broadcast" else e[f] for f in fields]
