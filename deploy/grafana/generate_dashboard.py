@@ -546,7 +546,9 @@ PORT_ROWS: Final = (
             title="Stations and bridges on IPX interface ports",
             description=(
                 "Stations learned on each IPX interface port (native, IPXWrapper or RFC 1234"
-                " hosts) and the other ipxbridges heard there (their beacons)."
+                " hosts) and the other ipxbridges heard there (their beacons); broadcasts per"
+                " second left to those bridges, by outcome (missing: their copy did not appear,"
+                " so this bridge sent it: the log says where)."
             ),
             unit="short",
             width=4,
@@ -558,6 +560,10 @@ PORT_ROWS: Final = (
                 Query(
                     f"sum by (instance, kind, interface) ({sel('ipxbridge_ipx_port_bridges')})",
                     "{{instance}} {{kind}} {{interface}} bridges",
+                ),
+                Query(
+                    sum_rate("instance, outcome", "ipxbridge_ipx_delegated_total"),
+                    "{{instance}} left to a bridge: {{outcome}}/s",
                 ),
             ),
         ),

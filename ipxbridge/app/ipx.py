@@ -593,6 +593,7 @@ class IpxService:
             *self._uplink_books(),
             (sw.reflection.sent_bytes, sw.reflection.sent_packets),
             dict(sw.reflection.refused),
+            dict(sw.watch.outcomes),
         )
 
     def _uplink_books(

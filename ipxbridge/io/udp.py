@@ -20,7 +20,7 @@ import asyncio
 import errno
 import logging
 import socket
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from time import perf_counter
 from typing import Any, Final
@@ -31,6 +31,7 @@ from ipxbridge.io.segments import Rfc1234Port, SegmentPort, accepted
 from ipxbridge.io.sockstats import socket_drop_count
 from ipxbridge.obs.counters import TUNNEL, IpxCounters, LatencyHistogram
 from ipxbridge.obs.logging import RateLimiter
+from ipxbridge.policy.bridges import WATCH_WINDOW
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.pacing import TIMED, WAKEUP, ReadPacer
 from ipxbridge.policy.switch import Address, Decision, IpxSwitch, Outcome, Port, Segment
@@ -141,6 +142,11 @@ class IpxEndpoint:
         self._event_log = RateLimiter(rate=2.0, burst=20)
         self._drop_log = RateLimiter(rate=5.0, burst=20)  # per-packet lines: debug only
         self._fault_log = RateLimiter(rate=1 / 60, burst=1)  # tracebacks: one a minute
+        # Rule 8's delivery watch (policy/bridges.DeliveryWatch): a timer while anything is
+        # watched, and a line a minute at most for the copies other bridges did not make.
+        self._watch_timer: asyncio.TimerHandle | None = None
+        self._missing_log = RateLimiter(rate=1 / 60, burst=1)
+        self._missing: Counter[Segment] = Counter()
         # Client and uplink events as (source, kind, address) for the status page, kept
         # whether or not the log's rate limit lets them through; its owner drains it.
         self.event_tap: deque[tuple[str, str, Address]] | None = None
@@ -175,6 +181,9 @@ class IpxEndpoint:
         if self._drain_timer is not None:
             self._drain_timer.cancel()
             self._drain_timer = None
+        if self._watch_timer is not None:
+            self._watch_timer.cancel()
+            self._watch_timer = None
         self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
 
@@ -518,6 +527,8 @@ class IpxEndpoint:
                 logger.debug("drop %s from %s:%d", decision.detail, addr[0], addr[1])
         for reply, target in decision.replies:
             self._send(reply, target)
+        if self._watch_timer is None and self.switch.watch.pending:
+            self._arm_watch()
         if started and outcome is Outcome.FORWARDED:
             self.latency.observe(perf_counter() - started)
         header = decision.header
@@ -576,10 +587,43 @@ class IpxEndpoint:
         self.settle_books()
         for packet, port in self.switch.tick(now):
             self._send(packet, port)
+        self._log_missing(now)
         self._log_events()
         if self._event_log.suppressed:
             logger.warning("%d client events not logged (rate limit)", self._event_log.suppressed)
             self._event_log.suppressed = 0
+
+    def _arm_watch(self) -> None:
+        """Send what other bridges did not, once its window has passed (rule 8)."""
+        if self._watch_timer is None and self.switch.watch.pending:
+            self._watch_timer = self._loop.call_later(WATCH_WINDOW, self._watch_fire)
+
+    def _watch_fire(self) -> None:
+        self._watch_timer = None
+        now = self._loop.time()
+        for packet, port in self.switch.watch_due(now):
+            self._send(packet, port)
+        self._log_missing(now)
+        self._arm_watch()
+
+    def _log_missing(self, now: float) -> None:
+        """Say, at most once a minute, where another bridge failed to deliver (rule 8)."""
+        self._missing.update(self.switch.watch.take_missing())
+        if not self._missing or not self._missing_log.allow(now):
+            return
+        where = "; ".join(
+            f"{segment}: {n} (bridges trusted there: "
+            f"{', '.join(b.hex() for b in self.switch.bridges_on(segment)) or 'none now'})"
+            for segment, n in sorted(self._missing.items(), key=lambda item: str(item[0]))
+        )
+        logger.warning(
+            "broadcasts left to another bridge did not appear on its segment within %.1f s, "
+            "so this bridge sent them itself: %s (ipxbridge_ipx_delegated_total"
+            '{outcome="missing"})',
+            WATCH_WINDOW,
+            where,
+        )
+        self._missing.clear()
 
     def _log_events(self) -> None:
         now = self._loop.time()

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from ipxbridge import __version__
 from ipxbridge.obs.counters import BUCKETS, TUNNEL, IpxCounters, LatencyHistogram
+from ipxbridge.policy.bridges import WATCH_OUTCOMES
 from ipxbridge.policy.budget import BOUND_ADDRESS, BOUND_TOTAL
 from ipxbridge.policy.flows import FLOW_EVICTION_REASONS, FLOW_REFUSAL_REASONS
 from ipxbridge.policy.pacing import READ_MODES
@@ -115,6 +116,9 @@ class IpxSnapshot:
     # addresses (bytes, datagrams), and what it refused, by (what, bound).
     unverified_sent: tuple[int, int] = (0, 0)
     unverified_limited: dict[tuple[str, str], int] = field(default_factory=dict)
+    # Broadcasts left to another bridge on a segment, by outcome (policy/bridges.py
+    # WATCH_OUTCOMES): its copy seen there, missing (sent from here), or the watch full.
+    delegated: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +336,16 @@ class BridgeCollector(Collector):
             for limit in (BOUND_ADDRESS, BOUND_TOTAL):
                 limited.add_metric([what, limit], limited_counts.get((what, limit), 0))
         yield limited
+        delegated = CounterMetricFamily(
+            "ipxbridge_ipx_delegated",
+            "Broadcasts left to another bridge on one of this bridge's segments (rule 8), by"
+            " outcome: seen (its copy appeared there), missing (it did not within the window,"
+            " so this bridge sent it itself), full (too many watched: sent at once).",
+            labels=["outcome"],
+        )
+        for outcome in WATCH_OUTCOMES:
+            delegated.add_metric([outcome], ipx_state.delegated.get(outcome, 0))
+        yield delegated
 
         errors = CounterMetricFamily(
             "ipxbridge_send_errors",

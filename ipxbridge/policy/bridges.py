@@ -21,7 +21,7 @@ Pure: ``now`` is passed in; the switch owns the ports and is told when the view 
 
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from ipxbridge.policy.ports import Address, Port, Segment
@@ -436,3 +436,83 @@ class SegmentBridges:
             for addr, p in self._peers.items()
         ]
         return out
+
+
+# --- delivery watch --------------------------------------------------------------------------
+
+WATCH_WINDOW: Final = 0.2  # seconds another bridge's copy has to appear on a segment
+MAX_WATCHED: Final = 4096  # broadcasts watched at once; past that, sent at once
+WATCH_OUTCOMES: Final = ("seen", "missing", "full")
+
+
+@dataclass(slots=True)
+class DeliveryWatch:
+    """No belief about another bridge may silence a segment (rule 8, issue of trust).
+
+    A broadcast this bridge leaves to another bridge for a segment is watched there: when
+    the other bridge's copy appears on the segment within ``window`` it is ``seen``;
+    otherwise this bridge sends it itself (``missing``), so a forged, replayed or stale
+    belief costs at most the window, never the packet. At most ``max_entries`` are watched;
+    past that a broadcast is sent at once (``full``: a duplicate, never a silence).
+    Per segment the ``missing`` ones are also counted for the log (``take_missing``).
+    """
+
+    window: float = WATCH_WINDOW
+    max_entries: int = MAX_WATCHED
+    # (packet identity, segment) -> (deadline, the copy to send); oldest deadline first
+    _pending: OrderedDict[tuple[int, Segment], tuple[float, bytes]] = field(
+        default_factory=OrderedDict
+    )
+    outcomes: Counter[str] = field(default_factory=Counter)
+    _missing: Counter[Segment] = field(default_factory=Counter)
+
+    @property
+    def pending(self) -> bool:
+        """Whether anything is watched (the switch's fast test)."""
+        return bool(self._pending)
+
+    def expect(self, identity: int, segment: Segment, packet: bytes, now: float) -> bool:
+        """Watch for another bridge's copy of ``packet`` on ``segment``.
+
+        Returns:
+            False when the watch is full: the caller sends the packet itself now.
+        """
+        pending = self._pending
+        key = (identity, segment)
+        if key in pending:
+            return True  # a repeat of a packet already watched there
+        if len(pending) >= self.max_entries:
+            self.outcomes["full"] += 1
+            return False
+        pending[key] = (now + self.window, packet)
+        return True
+
+    def seen(self, identity: int, segment: Segment) -> None:
+        """A copy of the packet ``identity`` arrived on ``segment``."""
+        if self._pending.pop((identity, segment), None) is not None:
+            self.outcomes["seen"] += 1
+
+    def due(self, now: float) -> list[tuple[bytes, Port]]:
+        """The watched copies whose window passed: for this bridge to send itself."""
+        pending = self._pending
+        out: list[tuple[bytes, Port]] = []
+        while pending:
+            key, (deadline, packet) = next(iter(pending.items()))
+            if deadline > now:
+                break
+            del pending[key]
+            out.append((packet, key[1]))
+            self._missing[key[1]] += 1
+        self.outcomes["missing"] += len(out)
+        return out
+
+    def take_missing(self) -> dict[Segment, int]:
+        """The ``missing`` copies per segment since the last call (for the log)."""
+        missing = dict(self._missing)
+        self._missing.clear()
+        return missing
+
+    def forget(self, segment: Segment) -> None:
+        """A segment closed: nothing is watched there any more."""
+        for key in [k for k in self._pending if k[1] == segment]:
+            del self._pending[key]

@@ -192,7 +192,7 @@ from enum import StrEnum
 from ipaddress import IPv4Address, IPv4Network
 from typing import Final, Literal, NamedTuple
 
-from ipxbridge.policy.bridges import SegmentBridges
+from ipxbridge.policy.bridges import DeliveryWatch, SegmentBridges
 from ipxbridge.policy.budget import ReflectionLimit
 from ipxbridge.policy.dedup import DuplicateFilter
 from ipxbridge.policy.ports import Address, Port, PortKind, Segment
@@ -503,6 +503,7 @@ class IpxSwitch:
         self._ports: tuple[Port, ...] = ()
         # Keyed by the ingress, and by the bridge whose copy it was when one put it there
         self._flood_targets: dict[object, tuple[Port, ...]] = {}
+        self._delegated: dict[object, tuple[Segment, ...]] = {}  # same keys (rule 8)
         self._peer_targets: dict[object, tuple[Port, ...]] = {}
         # Registered, not yet proven (rule 2); insertion order = age, for eviction.
         self._unverified: dict[Address, None] = {}
@@ -529,6 +530,8 @@ class IpxSwitch:
         self.own_ips: frozenset[str] = frozenset()
         self.udp_segment_for: Callable[[str], Segment | None] = lambda _ip: None
         ticks = itertools.count(1)
+        # Rule 8: what is left to another bridge is watched for (policy/bridges.py).
+        self.watch = DeliveryWatch()
         # Rule 8: the other bridges on this bridge's segments (policy/bridges.py).
         self.bridges = SegmentBridges(
             self.bridge_id,
@@ -606,6 +609,7 @@ class IpxSwitch:
         if self.segments.pop(segment, 0) is not None:
             return
         self.bridges.remove_segment(segment)
+        self.watch.forget(segment)
         self._forget_learned(segment)
         self._rebuild_ports()
 
@@ -639,12 +643,14 @@ class IpxSwitch:
     def _rebuild_ports(self) -> None:
         self._ports = (*self.clients, *self.peers, *self.uplinks, *self.segments)
         self._flood_targets.clear()
+        self._delegated.clear()
         self._peer_targets.clear()
         self.bridges.clear_cache()
 
     def _topology_changed(self) -> None:
         """Rule 8's view changed: the cached target lists are stale."""
         self._flood_targets.clear()
+        self._delegated.clear()
         self._peer_targets.clear()
 
     def _all_but(self, ingress: Port, bridge: bytes | None = None) -> tuple[Port, ...]:
@@ -660,7 +666,13 @@ class IpxSwitch:
                 shared |= self.bridges.served_by(bridge)
             targets = tuple(p for p in self._ports if p != ingress and p not in shared)
             self._flood_targets[key] = targets
+            # the segments left to another bridge: watched (rule 8, ``DeliveryWatch``)
+            self._delegated[key] = tuple(s for s in self.segments if s != ingress and s in shared)
         return targets
+
+    def _left_to_others(self, ingress: Port, bridge: bytes | None) -> tuple[Segment, ...]:
+        """The segments ``_all_but`` left to another bridge (after it ran for the key)."""
+        return self._delegated.get(ingress if bridge is None else (ingress, bridge), ())
 
     def _peers_but(self, ingress: Port, bridge: bytes | None = None) -> tuple[Port, ...]:
         """Peers and segments except the ingress: where an unknown unicast may go (rule 7)."""
@@ -1126,6 +1138,9 @@ class IpxSwitch:
         # 10). Python's bytes hash is keyed SipHash: collisions cannot be crafted remotely.
         port = ingress if via is None else via
         identity = hash(data[10:])
+        watch = self.watch
+        if watch.pending and isinstance(ingress, Segment):
+            watch.seen(identity, ingress)  # another bridge's copy appeared here (rule 8)
         if self._dedup.is_duplicate(identity, port, now, hops_in):
             # A node stays where its packet's first copy came from: two bridges on one
             # segment each get the other's copy last and would learn the node behind each
@@ -1139,6 +1154,10 @@ class IpxSwitch:
         if header.is_broadcast:
             kind = "broadcast"
             targets = self._all_but(ingress, bridge)
+            if self.bridges.any_heard:
+                left = self._left_to_others(ingress, bridge)
+                if left:
+                    targets = self._watch_left(identity, data, hops, left, targets, now)
         else:
             owner = self._lookup(header.dst_node, now)
             if owner is None:
@@ -1195,6 +1214,27 @@ class IpxSwitch:
             )
         return Decision(Outcome.FORWARDED, kind, packet, targets, replies, header, held, repeats)
 
+    def _watch_left(  # noqa: PLR0917 - the hot path: positional on purpose
+        self,
+        identity: int,
+        data: bytes,
+        hops: int,
+        left: tuple[Segment, ...],
+        targets: tuple[Port, ...],
+        now: float,
+    ) -> tuple[Port, ...]:
+        """Watch the segments a broadcast was left to other bridges on (rule 8).
+
+        Where the watch is full the broadcast goes there now, from this bridge.
+        """
+        packet = with_hops(data, hops)
+        now_too = tuple(s for s in left if not self.watch.expect(identity, s, packet, now))
+        return (*targets, *now_too) if now_too else targets
+
+    def watch_due(self, now: float) -> list[tuple[bytes, Port]]:
+        """Broadcasts left to another bridge whose copy did not appear: send them now."""
+        return self.watch.due(now) if self.watch.pending else []
+
     def _within_limit(
         self, targets: tuple[Port, ...], size: int, now: float
     ) -> tuple[tuple[Port, ...], int]:
@@ -1249,7 +1289,7 @@ class IpxSwitch:
         I4), while an IPXWrapper host that never answers pings stays registered.
         """
         cfg = self.settings
-        out: list[tuple[bytes, Port]] = self.beacons(now)
+        out: list[tuple[bytes, Port]] = self.beacons(now) + self.watch_due(now)
         if self.uplink_server is not None:
             keepalives, expired = self.uplink_server.tick(now)
             out += keepalives
