@@ -447,9 +447,11 @@ WATCH_OUTCOMES: Final = ("seen", "missing", "full")
 
 @dataclass(slots=True)
 class DeliveryWatch:
-    """No belief about another bridge may silence a segment (rule 8, issue of trust).
+    """No belief about another bridge may silence a segment (rule 8).
 
-    A broadcast this bridge leaves to another bridge for a segment is watched there: when
+    A broadcast that came over a peer link or an uplink and that this bridge leaves to
+    another bridge for a segment (that bridge got it from the same peer) is watched there:
+    when
     the other bridge's copy appears on the segment within ``window`` it is ``seen``;
     otherwise this bridge sends it itself (``missing``), so a forged, replayed or stale
     belief costs at most the window, never the packet. At most ``max_entries`` are watched;

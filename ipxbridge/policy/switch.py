@@ -1154,7 +1154,11 @@ class IpxSwitch:
         if header.is_broadcast:
             kind = "broadcast"
             targets = self._all_but(ingress, bridge)
-            if self.bridges.any_heard:
+            # Watched: what came over a peer link or uplink and was left to another bridge
+            # for a segment (that bridge got it the same way). Not what came from a segment:
+            # the bridges there heard it themselves, and a copy sent late into a segment
+            # would come back to them as a new packet (measured: a storm across kinds).
+            if self.bridges.any_heard and not isinstance(ingress, Segment):
                 left = self._left_to_others(ingress, bridge)
                 if left:
                     targets = self._watch_left(identity, data, hops, left, targets, now)
