@@ -15,10 +15,10 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pyroute2 import netns as pr_netns
 
@@ -126,8 +126,51 @@ _RUNS = itertools.count()
 STARTED = r"started: every service is up"  # app/bridge.py, after the last service
 
 
-class BridgeProcess:
+class LoggedProcess:
+    """A program running in a namespace in the foreground, its output in a log file."""
+
+    name = "process"
+    log_path: Path
+    proc: "subprocess.Popen[bytes]"
+    _log: IO[bytes]
+
+    def _start(self, cmd: Sequence[str], log_path: Path, **popen: Any) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, **popen)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
+        """The first match of ``pattern`` in the log; fails if the program exits first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = re.search(pattern, self.log())
+            if match:
+                return match
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self.log()}")
+            time.sleep(0.05)
+        raise TimeoutError(f"{pattern!r} not in {self.name}'s log after {timeout}s:\n{self.log()}")
+
+    def stop(self, grace: float = 10.0) -> int:
+        """SIGTERM, then SIGKILL after ``grace`` seconds; the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+        return self.proc.returncode
+
+
+class BridgeProcess(LoggedProcess):
     """``ipxbridge run`` inside a namespace, with its log captured."""
+
+    name = "bridge"
 
     def __init__(
         self,
@@ -138,44 +181,15 @@ class BridgeProcess:
         ready: str = r"IPX tunnel on udp",
         env: dict[str, str] | None = None,
     ) -> None:
-        self.log_path = log_dir / f"bridge-{ns}-{next(_RUNS)}.log"
-        self._log = self.log_path.open("w")
-        cmd = net.exec_args(ns, sys.executable, "-m", "ipxbridge", "run", *args)
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+        self._start(
+            net.exec_args(ns, sys.executable, "-m", "ipxbridge", "run", *args),
+            log_dir / f"bridge-{ns}-{next(_RUNS)}.log",
             cwd=ROOT,
             env={**os.environ, **(env or {})},
         )
         self.wait_for(ready, 15)
         # ``ready`` names one service's line; the services after it (HTTP) start later.
         self.wait_for(STARTED, 15)
-
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            match = re.search(pattern, self.log())
-            if match:
-                return match
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"bridge exited {self.proc.returncode}:\n{self.log()}")
-            time.sleep(0.05)
-        raise TimeoutError(f"{pattern!r} not in bridge log after {timeout}s:\n{self.log()}")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log.close()
-        return self.proc.returncode
 
     def summary(self) -> dict[str, int]:
         """Counters from the stop line: received, forwarded, control, dropped, copies_sent."""

@@ -234,11 +234,7 @@ class EntrypointBridge(BridgeProcess):
     """The bridge started through the entrypoint (BridgeProcess runs ``python -m``)."""
 
     def __init__(self, argv: list[str], env: dict[str, str], log_dir: Path, ready: str) -> None:
-        self.log_path = log_dir / "entrypoint-bridge.log"
-        self._log = self.log_path.open("w")
-        self.proc = subprocess.Popen(
-            argv, stdout=self._log, stderr=subprocess.STDOUT, cwd="/", env=env
-        )
+        self._start(argv, log_dir / "entrypoint-bridge.log", cwd="/", env=env)
         self.wait_for(ready, 15)
 
 

@@ -650,6 +650,19 @@ TUNSETIFF = 0x400454CA
 IFF_TUN, IFF_NO_PI = 0x0001, 0x1000
 
 
+IFF_TAP = 0x0002
+TAP_MAC = bytes.fromhex("020000000902")  # the VPN's side of tap0 (the test)
+
+
+def open_vpn_device(box: str, name: str, flags: int) -> int:
+    """A tun or tap device in ``box``, held by the test (the VPN daemon's side of it)."""
+    with inside(box):
+        fd = os.open("/dev/net/tun", os.O_RDWR)
+    fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), flags | IFF_NO_PI))
+    os.set_blocking(fd, False)
+    return fd
+
+
 @pytest.mark.netns
 @pytest.mark.parametrize("fast_path", ["on", "off"])
 def test_broadcasts_arriving_on_a_tun_interface_are_copied_and_booked_as_copied(
@@ -663,10 +676,8 @@ def test_broadcasts_arriving_on_a_tun_interface_are_copied_and_booked_as_copied(
     the command line (`--iface tun0:PEER`)."""
     box, host = net.add("box"), net.add("h")
     net.link(box, "lanA", "10.64.1.1/24", host, "eth0", "10.64.1.20/24")
-    with inside(box):
-        tun = os.open("/dev/net/tun", os.O_RDWR)
+    tun = open_vpn_device(box, "tun0", IFF_TUN)
     try:
-        fcntl.ioctl(tun, TUNSETIFF, struct.pack("16sH", b"tun0", IFF_TUN | IFF_NO_PI))
         sh("ip", "-n", box, "addr", "add", "10.8.0.1/24", "dev", "tun0")
         sh("ip", "-n", box, "link", "set", "tun0", "up")
         bridge = BridgeProcess(
@@ -724,11 +735,8 @@ def test_a_tun_peer_heard_broadcasting_gets_the_lans_broadcasts(
     the tun device, as the VPN daemon would); /metrics says where the peer came from."""
     box, host = net.add("box"), net.add("h")
     net.link(box, "lanA", "10.65.1.1/24", host, "eth0", "10.65.1.20/24")
-    with inside(box):
-        tun = os.open("/dev/net/tun", os.O_RDWR)
+    tun = open_vpn_device(box, "tun0", IFF_TUN)
     try:
-        fcntl.ioctl(tun, TUNSETIFF, struct.pack("16sH", b"tun0", IFF_TUN | IFF_NO_PI))
-        os.set_blocking(tun, False)
         sh("ip", "-n", box, "addr", "add", "10.8.0.1/24", "dev", "tun0")
         sh("ip", "-n", box, "link", "set", "tun0", "up")
         bridge = BridgeProcess(
@@ -779,19 +787,6 @@ def test_a_tun_peer_heard_broadcasting_gets_the_lans_broadcasts(
             assert bridge.stop() == 0
     finally:
         os.close(tun)
-
-
-IFF_TAP = 0x0002
-TAP_MAC = bytes.fromhex("020000000902")  # the VPN's side of tap0 (the test)
-
-
-def open_vpn_device(box: str, name: str, flags: int) -> int:
-    """A tun or tap device in ``box``, held by the test (the VPN daemon's side of it)."""
-    with inside(box):
-        fd = os.open("/dev/net/tun", os.O_RDWR)
-    fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), flags | IFF_NO_PI))
-    os.set_blocking(fd, False)
-    return fd
 
 
 def relay_copies_at(box: str) -> dict[str, float]:

@@ -20,7 +20,6 @@ import os
 import re
 import select
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -44,7 +43,7 @@ from ipxbridge.wire.directplay import (
 )
 from ipxbridge.wire.errors import WireError
 from tests.integration import wg
-from tests.integration.harness import Netns, bridge_get, inside, sh
+from tests.integration.harness import LoggedProcess, Netns, bridge_get, inside, sh
 
 GAME_PORT: Final = 47624  # DirectPlay 4's enumeration port, one of the relay's defaults
 SO_BINDTODEVICE: Final = 25  # asm-generic/socket.h (socket.SO_BINDTODEVICE is not everywhere)
@@ -134,42 +133,18 @@ def wait_reach(src_ns: str, dst_ns: str, dst_ip: str, timeout: float = 15.0) -> 
 # --- daemons ------------------------------------------------------------------------------
 
 
-class Daemon:
+class Daemon(LoggedProcess):
     """A VPN program running in a namespace in the foreground, its output in a log file."""
 
     def __init__(self, net: Netns, ns: str, argv: Sequence[str], log_path: Path) -> None:
         self.name = f"{Path(argv[0]).name}@{ns}"
-        self.log_path = log_path
-        self._log = log_path.open("wb")
-        self.proc = subprocess.Popen(
-            net.exec_args(ns, *argv),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+        self._start(net.exec_args(ns, *argv), log_path, stdin=subprocess.DEVNULL)
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+    def wait_for(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
+        return super().wait_for(pattern, timeout)
 
-    def wait_for(self, pattern: str, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if re.search(pattern, self.log()):
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited {self.proc.returncode}:\n{self.log()}")
-            time.sleep(0.05)
-        raise TimeoutError(f"{pattern!r} not in {self.name}'s log after {timeout}s:\n{self.log()}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log.close()
+    def stop(self, grace: float = 5.0) -> int:
+        return super().stop(grace)
 
 
 def stop_all(daemons: Iterable[Daemon]) -> None:
