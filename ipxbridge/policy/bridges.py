@@ -39,7 +39,11 @@ from ipxbridge.wire.ipx import (
 BEACON_INTERVAL: Final = 5.0
 BEACON_TTL: Final = 3 * BEACON_INTERVAL
 MAX_BRIDGES_PER_SEGMENT: Final = 16  # other bridges remembered per segment
-BEACON_ANSWER_GAP: Final = 0.2  # at most one immediate beacon answer this often
+# Immediate beacon answers: one every BEACON_ANSWER_GAP on average, ANSWER_BURST at once (two
+# bridges meeting need an answer each way twice: to hear each other, then to echo each
+# other's tag), so a stranger's beacons can never draw more than that.
+BEACON_ANSWER_GAP: Final = 0.2
+ANSWER_BURST: Final = 4
 # Signed sequences remembered beyond a record's expiry (replays of a silent bridge).
 SEQ_MEMORY: Final = 24 * 3600.0
 MAX_REMEMBERED_SEQS: Final = 4096  # (bridge, way) pairs
@@ -65,6 +69,8 @@ class HeardBridge:
     peers: frozenset[bytes]  # as the beacon lists them (trusted only when signed)
     signed: bool
     sender: object = None  # the link-layer source of its beacons: its port's MAC or IP
+    # the tags of the bridges it hears on this segment, as its beacon echoes them
+    echoed: frozenset[bytes] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +131,7 @@ class SegmentBridges:
         # first asked: a segment packet asks once, not once per bridge heard
         self._senders: dict[Segment, dict[object, bytes]] = {}
         self._next_beacon = 0.0
-        self._next_answer = 0.0
+        self._answers = (float(ANSWER_BURST), 0.0)  # token bucket: (tokens, when topped up)
 
     # --- membership ------------------------------------------------------------------------
 
@@ -178,12 +184,18 @@ class SegmentBridges:
         info = self._peer_info.get(addr)
         return info.bridge_id if info is not None else self._peers[addr].node
 
-    def _trusted(self, bridge: bytes, heard: HeardBridge) -> bool:
-        """Is a bridge heard on a segment really there?
+    def _trusted(self, bridge: bytes, heard: HeardBridge, segment: Segment) -> bool:
+        """Is a bridge heard on a segment really there, and there now?
 
-        Signed with the shared key, or, without a key, confirmed through the peer link: it
-        is a configured peer's bridge id and the tag it sent is one that peer declared.
+        Its beacon echoes this bridge's tag for that segment: it hears this bridge there (a
+        beacon recorded on another segment, or forwarded from one, echoes the tags heard
+        *there*). And it is signed with the shared key, or, without a key, confirmed through
+        the peer link: it is a configured peer's bridge id and the tag it sent is one that
+        peer declared.
         """
+        own = self._tags.get(segment)
+        if own is None or own not in heard.echoed:
+            return False
         if heard.signed:
             return True
         if self._key is not None:
@@ -210,7 +222,7 @@ class SegmentBridges:
         heard = self._heard.get(segment)
         if not heard:
             return {}
-        return {b: h for b, h in heard.items() if self._trusted(b, h)}
+        return {b: h for b, h in heard.items() if self._trusted(b, h, segment)}
 
     def bridges_on(self, segment: Segment) -> tuple[bytes, ...]:
         """The other bridges trusted on ``segment`` within ``BEACON_TTL``."""
@@ -356,32 +368,42 @@ class SegmentBridges:
             return "beacon_replay", False
         seen = self._heard.setdefault(segment, OrderedDict())
         before = seen.pop(bridge, None)
-        heard = HeardBridge(now, beacon.seq, beacon.tag, beacon.peers, beacon.signed, sender)
+        heard = HeardBridge(
+            now, beacon.seq, beacon.tag, beacon.peers, beacon.signed, sender, beacon.tags
+        )
         seen[bridge] = heard
         if len(seen) > MAX_BRIDGES_PER_SEGMENT:
-            self._evict_bridge(seen)
-        was_trusted = before is not None and self._trusted(bridge, before)
-        trusted = self._trusted(bridge, heard)
+            self._evict_bridge(seen, segment)
+        was_trusted = before is not None and self._trusted(bridge, before, segment)
+        trusted = self._trusted(bridge, heard, segment)
         if (was_trusted or trusted) and (
             was_trusted != trusted
             or before is None
             or (before.peers, before.sender) != (heard.peers, heard.sender)
         ):
             self._changed()  # only trusted bridges shape the targets
-        if not trusted:
-            # Remembered (bounded), so a peer's confirmation that arrives later counts, but
-            # it changes nothing until then: a bystander's forgery can at worst leave a
-            # duplicate, never silence.
-            return "beacon_unverified", False
         # A bridge new here (it just started): answer at once, here and to the peers (which
-        # may be that bridge), so neither puts the other's packets on the segment for a
-        # beacon interval.
-        answer = not was_trusted and segment in self._segments and self._may_answer(now)
-        return "beacon", answer
+        # may be that bridge), so that each echoes the other's tag within two round trips
+        # and neither puts the other's packets on the segment for a beacon interval.
+        here = segment in self._segments
+        if not trusted:
+            # Remembered (bounded), so a peer's confirmation or an echo that arrives later
+            # counts, but it changes nothing until then: a bystander's forgery can at worst
+            # leave a duplicate, never silence. A beacon heard on another segment than it was
+            # sent on echoes that segment's tags, not this one's (``beacon_unbound``).
+            signed_or_peer = heard.signed or self._key is None
+            own = self._tags.get(segment)
+            reason = (
+                "beacon_unbound"
+                if signed_or_peer and own is not None and own not in heard.echoed
+                else "beacon_unverified"
+            )
+            return reason, before is None and here and self._may_answer(now)
+        return "beacon", not was_trusted and here and self._may_answer(now)
 
-    def _evict_bridge(self, seen: OrderedDict[bytes, HeardBridge]) -> None:
+    def _evict_bridge(self, seen: OrderedDict[bytes, HeardBridge], segment: Segment) -> None:
         """Make room on a full segment: the least recently heard untrusted bridge goes first."""
-        victim = next((b for b, h in seen.items() if not self._trusted(b, h)), None)
+        victim = next((b for b, h in seen.items() if not self._trusted(b, h, segment)), None)
         reason = "unproven"
         if victim is None:
             victim, reason = next(iter(seen)), "proven"
@@ -391,9 +413,14 @@ class SegmentBridges:
 
     def _may_answer(self, now: float) -> bool:
         """Immediate beacon answers are rate-limited: a beacon never triggers a burst."""
-        if now < self._next_answer:
+        tokens, updated = self._answers
+        if now > updated:
+            tokens = min(float(ANSWER_BURST), tokens + (now - updated) / BEACON_ANSWER_GAP)
+            updated = now
+        if tokens < 1:
+            self._answers = (tokens, updated)
             return False
-        self._next_answer = now + BEACON_ANSWER_GAP
+        self._answers = (tokens - 1, updated)
         return True
 
     def beacons(self, now: float) -> list[tuple[bytes, Port]]:
@@ -421,13 +448,37 @@ class SegmentBridges:
             return []
         return self.announcements()
 
+    def _echo(self, segment: Segment) -> tuple[bytes, ...]:
+        """The tags of the bridges heard on ``segment``, trusted or not.
+
+        What a segment beacon echoes: proof that this bridge hears them there now.
+        """
+        heard = self._heard.get(segment)
+        if not heard:
+            return ()
+        return tuple(dict.fromkeys(h.tag for h in heard.values()))[:MAX_BEACON_TAGS]
+
+    def tag(self, segment: Segment) -> bytes | None:
+        """This bridge's tag on ``segment`` (what the other bridges there must echo)."""
+        return self._tags.get(segment)
+
     def announcements(self) -> list[tuple[bytes, Port]]:
         """This bridge's beacon on each segment (with its tag) and to each peer (all tags)."""
         peers = tuple(self.peer_identity(a) for a in self._peers)[:MAX_BEACON_PEERS]
         key = self._key
         seq = self._clock()
         out: list[tuple[bytes, Port]] = [
-            (build_beacon(self.bridge_id, peers=peers, seq=seq, tag=tag, key=key), segment)
+            (
+                build_beacon(
+                    self.bridge_id,
+                    peers=peers,
+                    seq=seq,
+                    tag=tag,
+                    tags=self._echo(segment),
+                    key=key,
+                ),
+                segment,
+            )
             for segment, tag in self._tags.items()
         ]
         tags = tuple(self._tags.values())[:MAX_BEACON_TAGS]

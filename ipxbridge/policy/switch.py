@@ -106,16 +106,21 @@ its handshake completes.
 
 8. Two bridges on one segment must not both put a packet on it. Every bridge sends a beacon
    (``wire.ipx.build_beacon``: its random bridge id, the random *tag* of that segment, whose
-   first byte names the port kind, and its peers) on each segment, and one to each peer that
-   declares the tags of all its segments, every ``BEACON_INTERVAL``. A bridge heard on a
-   segment within ``BEACON_TTL`` is *trusted* there only if a bystander could not have sent
-   the beacon: it is signed with the shared key (``ipx.bridge_key_file``: HMAC-SHA256 over
-   the bridge id and the beacon, with a sequence that must increase, so a replay is
+   first byte names the port kind, its peers, and the tags of the bridges it hears on that
+   segment) on each segment, and one to each peer that declares the tags of all its
+   segments, every ``BEACON_INTERVAL``. A bridge heard on a segment within ``BEACON_TTL`` is
+   *trusted* there only if its beacon echoes this bridge's tag for that segment (it hears
+   this bridge there: a beacon recorded on, or forwarded from, another segment echoes that
+   segment's tags, ``beacon_unbound``) and a bystander could not have sent it: it is signed
+   with the shared key (``ipx.bridge_key_file``: HMAC-SHA256 over the bridge id and the
+   beacon, with a sequence that must increase and is remembered for a day, so a replay is
    refused), or, with no key, the peer link confirms it (the bridge is a configured peer and
    the tag is one that peer declared; its peer list is then read from the peer link too).
    Untrusted beacons are remembered (at most ``MAX_BRIDGES_PER_SEGMENT`` per segment, the
    untrusted evicted first) but change nothing: a forgery can at worst leave a duplicate,
-   never silence. Then, for the trusted bridges:
+   never silence. And what is left to another bridge is watched (``DeliveryWatch``): its
+   copy must appear, or this bridge sends it 0.2 s later. The state and the beacons are
+   policy/bridges.py's. Then, for the trusted bridges:
 
    * a packet that arrived from a peer P is sent to a segment S only if P is not on S (else
      P put it there itself) and, of the bridges on S that have P as a peer, this one has the
@@ -138,12 +143,13 @@ its handshake completes.
      segment that nobody serves).
 
    Packets from a bridge's own clients go to every segment. Beacons are consumed (``beacon``),
-   never forwarded, and nothing addressed to the beacon socket is relayed. A trusted newcomer
-   is answered at once (at most every ``BEACON_ANSWER_GAP``), so two bridges agree within a
-   round trip. Identical copies of one packet that arrive on different ports, or on one
-   Ethernet segment in different framings, are duplicates (rule 6). Two bridges on one
-   segment that neither share a key nor are peers cannot confirm each other: both forward,
-   and stations get two copies; rule 9 keeps that from becoming a loop.
+   never forwarded, and nothing addressed to the beacon socket is relayed. A newcomer is
+   answered at once (``ANSWER_BURST`` at once, then one every ``BEACON_ANSWER_GAP``), so two
+   bridges hear and echo each other within two round trips. Identical copies of one packet
+   that arrive on different ports, or on one Ethernet segment in different framings, are
+   duplicates (rule 6). Two bridges on one segment that neither share a key nor are peers
+   cannot confirm each other: both forward, and stations get two copies; rule 9 keeps that
+   from becoming a loop.
 9. The loop bound that holds when every other rule is fooled: a packet (bytes 10.. of it, as
    rule 6 names it) that arrives by another *way* than the copy that last left (another
    port, or the same port from another link-layer source) within ``EGRESS_WINDOW`` of it
@@ -259,6 +265,7 @@ POLICY_DROP_REASONS: Final[tuple[str, ...]] = (
     "own_packet",
     "egress_repeat",
     "beacon_replay",
+    "beacon_unbound",  # a beacon that does not echo this bridge's tag there (rule 8)
 )
 
 
@@ -1009,11 +1016,12 @@ class IpxSwitch:
         return self._beacon_decision(reason, answer)
 
     def _beacon_decision(self, reason: str, answer: bool) -> Decision:
+        # An answer goes with a beacon not (yet) believed too: a newcomer that has not heard
+        # this bridge cannot echo its tag until it does (rule 8).
+        replies = tuple(self.bridges.announcements()) if answer else ()
         if reason != "beacon":
-            return _drop(reason)
-        if answer:
-            return Decision(Outcome.CONTROL, "beacon", replies=tuple(self.bridges.announcements()))
-        return Decision(Outcome.CONTROL, "beacon")
+            return Decision(Outcome.DROPPED, reason, replies=replies)
+        return Decision(Outcome.CONTROL, "beacon", replies=replies)
 
     def _learn(self, node: bytes, port: Port, now: float) -> None:
         if node in (BROADCAST_NODE, ZERO_NODE) or node in self._static_nodes:

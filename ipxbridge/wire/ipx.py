@@ -355,7 +355,9 @@ class Beacon:
         tag: the random tag of the segment it was sent on (``NO_TAG`` on a peer link).
         peers: the identities of the sender's RFC 1234 peers.
         tags: on a peer link, the tags of every segment the sender is on: a bridge heard on
-            a segment with one of them is that peer (confirmation through the peer link).
+            a segment with one of them is that peer (confirmation through the peer link). On
+            a segment, the tags of the bridges the sender hears there (their echo: proof
+            that it hears them on that segment now, policy/bridges.py).
         signed: a MAC was present and checked with the receiver's key.
     """
 

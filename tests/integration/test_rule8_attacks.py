@@ -14,9 +14,10 @@ what reaches its segment. The attacker is a raw socket on the segments:
   L no longer does after 0.2 s, while it still believes L is there (up to BEACON_TTL).
 * **another segment**: X on S, Y on T; the attacker hears S and forwards every beacon of X
   onto T as it comes (fresh, signed: the key proves who, not where; and without a key, the
-  tag X declared to its peers confirms it just as well). Y believes X is on T
-  and leaves B's packets to it; X is not there, so nothing appears, and Y sends each itself
-  after 0.2 s. Before: 0 of 80 on T, with the key and without.
+  tag X declared to its peers confirms it just as well). Before, Y believed X was on T and
+  left B's packets to it: 0 of 80 on T, with the key and without. Now X's beacon echoes the
+  tags of the bridges X hears on S, not Y's tag on T, and Y refuses it (``beacon_unbound``);
+  were it believed, the delivery watch would still send each broadcast 0.2 s later.
 
 Bridge ids are random: the attack is aimed at whichever bridge has the lower id (the one
 the other leaves B's packets to), on its wire.
@@ -247,13 +248,18 @@ def test_a_recorded_beacon_cannot_silence_a_segment(net: Netns, workdir: Path, a
         replays = metric(
             text, "ipxbridge_dropped_packets_total", path="ipx", reason="beacon_replay"
         )
+        unbound = metric(
+            text, "ipxbridge_dropped_packets_total", path="ipx", reason="beacon_unbound"
+        )
         print(
             f"{attack}: {delivered}/{chatter.sent} on the segment; H sent {missing:.0f} itself;"
-            f" beacon replays refused {replays}"
+            f" beacon replays refused {replays}, unbound refused {unbound}"
         )
         assert chatter.sent >= SENT - 2
         assert delivered >= 0.99 * chatter.sent, (delivered, chatter.sent, missing)
         if attack == "replayed_later":
             assert (replays or 0) >= 1
+        elif two:  # L's beacons echo the tags heard on L's wire, not H's tag on its own
+            assert (unbound or 0) >= 1
         else:  # H's own copies, after the window, while it believed L was there
             assert missing >= 1

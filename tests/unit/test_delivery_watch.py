@@ -9,14 +9,16 @@ from ipxbridge.policy.bridges import BEACON_INTERVAL, WATCH_WINDOW, DeliveryWatc
 from ipxbridge.policy.switch import IpxSwitch
 from ipxbridge.wire import ipx
 from ipxbridge.wire.ethernet import Framing
-from tests.unit.test_switch_segments import ETH0, KEY, LOWER, PEER, keyed, packet, tag
+from tests.unit.test_switch_segments import ETH0, KEY, LOWER, PEER, echo, keyed, packet, tag
 
 FROM_PEER = ipx.rfc1234_node(PEER[0])
 LOWERS_PEERS = (FROM_PEER,)  # LOWER has PEER as a peer too, and a lower id: it serves eth0
 
 
 def believe_lower(sw: IpxSwitch, seq: int, now: float) -> str:
-    beacon = ipx.build_beacon(LOWER, peers=LOWERS_PEERS, seq=seq, tag=tag(ETH0, 1), key=KEY)
+    beacon = ipx.build_beacon(
+        LOWER, peers=LOWERS_PEERS, seq=seq, tag=tag(ETH0, 1), tags=echo(sw, ETH0), key=KEY
+    )
     return sw.handle_segment(ETH0, beacon, now, via=Framing.LLC).detail
 
 
@@ -99,13 +101,15 @@ def test_no_beacons_make_a_broadcast_miss_a_segment(steps: list[Step]) -> None:
         elif step == "fresh":
             seq += 1000
             recorded = ipx.build_beacon(
-                LOWER, peers=LOWERS_PEERS, seq=seq, tag=tag(ETH0, 1), key=KEY
+                LOWER, peers=LOWERS_PEERS, seq=seq, tag=tag(ETH0, 1), tags=echo(sw, ETH0), key=KEY
             )
             sw.handle_segment(ETH0, recorded, now, via=Framing.LLC)
         elif step == "replay" and recorded:
             sw.handle_segment(ETH0, recorded, now, via=Framing.LLC)
         elif step == "forged":
-            forged = ipx.build_beacon(LOWER, peers=LOWERS_PEERS, seq=seq + 99, tag=tag(ETH0, 1))
+            forged = ipx.build_beacon(
+                LOWER, peers=LOWERS_PEERS, seq=seq + 99, tag=tag(ETH0, 1), tags=echo(sw, ETH0)
+            )
             sw.handle_segment(ETH0, forged, now, via=Framing.LLC)
         else:
             now += arg * BEACON_INTERVAL

@@ -119,7 +119,10 @@ def test_port_rows_count_stations_and_bridges_from_the_switch() -> None:
     assert sw.handle_segment(ETH0, hello, 1.0).detail == "broadcast"
     # Another bridge announces itself on eth0 with a signed beacon (rule 8).
     ethernet_tag = b"\x01" + bytes(7)
-    other = ipx.build_beacon(b"\x02\x00\x00\x00\x00\x02", seq=1, tag=ethernet_tag, key=key)
+    echoed = (sw.bridges.tag(ETH0) or b"",)  # it hears this bridge there (its tag echoed)
+    other = ipx.build_beacon(
+        b"\x02\x00\x00\x00\x00\x02", seq=1, tag=ethernet_tag, tags=echoed, key=key
+    )
     assert sw.handle_segment(ETH0, other, 1.0).detail == "beacon"
     plans = {
         ETH0: plan(ETH0),

@@ -7,7 +7,13 @@ an Ethernet port with the frame's framing as ``via``).
 
 import pytest
 
-from ipxbridge.policy.bridges import BEACON_INTERVAL, BEACON_TTL, MAX_BRIDGES_PER_SEGMENT
+from ipxbridge.policy.bridges import (
+    ANSWER_BURST,
+    BEACON_ANSWER_GAP,
+    BEACON_INTERVAL,
+    BEACON_TTL,
+    MAX_BRIDGES_PER_SEGMENT,
+)
 from ipxbridge.policy.switch import (
     Address,
     IpxSwitch,
@@ -155,6 +161,12 @@ def peer_says(
     assert sw.handle(beacon, PEER, now).detail == "beacon"
 
 
+def echo(sw: IpxSwitch, segment: Segment) -> tuple[bytes, ...]:
+    """What a bridge that hears ``sw`` on ``segment`` echoes there: its tag (rule 8)."""
+    own = sw.bridges.tag(segment)
+    return (own,) if own is not None else ()
+
+
 def heard(
     sw: IpxSwitch,
     segment: Segment,
@@ -167,7 +179,12 @@ def heard(
 ) -> str:
     """A beacon of ``bridge`` heard on ``segment`` with tag number ``n``: the switch's detail."""
     beacon = ipx.build_beacon(
-        bridge, peers=peers, seq=int(now * 1000), tag=tag(segment, n), key=key
+        bridge,
+        peers=peers,
+        seq=int(now * 1000),
+        tag=tag(segment, n),
+        tags=echo(sw, segment),
+        key=key,
     )
     return sw.handle_segment(segment, beacon, now, via=Framing.LLC).detail
 
@@ -177,7 +194,10 @@ def test_beacons_are_consumed_and_make_a_peer_share_a_segment() -> None:
     # PEER says over the tunnel that it is on a segment with tag 7, then is heard on eth0 so.
     peer_says(sw, (tag(ETH0, 7),))
     d = sw.handle_segment(
-        ETH0, ipx.build_beacon(PEER_ID, seq=1000, tag=tag(ETH0, 7)), 1.0, via=Framing.LLC
+        ETH0,
+        ipx.build_beacon(PEER_ID, seq=1000, tag=tag(ETH0, 7), tags=echo(sw, ETH0)),
+        1.0,
+        via=Framing.LLC,
     )
     assert (d.outcome, d.detail, d.targets) == (Outcome.CONTROL, "beacon", ())
     assert sw.bridges_on(ETH0) == (PEER_ID,)
@@ -294,7 +314,9 @@ def test_a_recorded_beacon_replayed_after_its_bridge_fell_silent_is_refused() ->
     (before, the record expired with BEACON_TTL and the replay was new again)."""
     sw = keyed()
     p = (ipx.rfc1234_node(PEER[0]),)  # LOWER has PEER as a peer too, and a lower id
-    recorded = ipx.build_beacon(LOWER, peers=p, seq=5000, tag=tag(ETH0, 1), key=KEY)
+    recorded = ipx.build_beacon(
+        LOWER, peers=p, seq=5000, tag=tag(ETH0, 1), tags=echo(sw, ETH0), key=KEY
+    )
     assert sw.handle_segment(ETH0, recorded, 5.0, via=Framing.LLC).detail == "beacon"
     assert sw.bridges_on(ETH0) == (LOWER,)
     from_peer = ipx.rfc1234_node(PEER[0])
@@ -311,14 +333,63 @@ def test_a_recorded_beacon_replayed_after_its_bridge_fell_silent_is_refused() ->
         assert sw.bridges_on(ETH0) == ()
         assert ETH0 in sw.handle(packet(from_peer, data=b"%d" % n), PEER, now).targets
     # The bridge itself, back with a newer sequence, counts at once.
-    fresh = ipx.build_beacon(LOWER, peers=p, seq=int(now * 1000), tag=tag(ETH0, 1), key=KEY)
+    fresh = ipx.build_beacon(
+        LOWER, peers=p, seq=int(now * 1000), tag=tag(ETH0, 1), tags=echo(sw, ETH0), key=KEY
+    )
     assert sw.handle_segment(ETH0, fresh, now, via=Framing.LLC).detail == "beacon"
     assert sw.bridges_on(ETH0) == (LOWER,)
     # A sequence is remembered per way: the same round's beacon over the peer link counts.
     link = ipx.build_beacon(PEER_ID, sw.peers[PEER].node, seq=7000, tags=(tag(ETH0, 9),), key=KEY)
-    on_seg = ipx.build_beacon(PEER_ID, seq=7000, tag=tag(ETH0, 9), key=KEY)
+    on_seg = ipx.build_beacon(PEER_ID, seq=7000, tag=tag(ETH0, 9), tags=echo(sw, ETH0), key=KEY)
     assert sw.handle_segment(ETH0, on_seg, now, via=Framing.LLC).detail == "beacon"
     assert sw.handle(link, PEER, now).detail == "beacon"
+
+
+def test_a_beacon_heard_on_another_segment_than_it_was_sent_on_is_refused() -> None:
+    """Rule 8 (policy/bridges.py): a segment beacon echoes the tags of the bridges its sender
+    hears there. One recorded on another segment, or forwarded from it as it comes (fresh
+    and signed: the key proves who sent it, not where), echoes that segment's tags, not this
+    bridge's tag here, and is refused (``beacon_unbound``); with the echo it counts."""
+    sw = keyed()
+    p = (ipx.rfc1234_node(PEER[0]),)
+    elsewhere = ipx.build_beacon(
+        LOWER, peers=p, seq=1000, tag=tag(ETH0, 1), tags=(tag(ETH0, 42),), key=KEY
+    )
+    assert sw.handle_segment(ETH0, elsewhere, 1.0, via=Framing.LLC).detail == "beacon_unbound"
+    assert sw.bridges_on(ETH0) == ()
+    assert ETH0 in sw.handle(packet(ipx.rfc1234_node(PEER[0]), data=b"a"), PEER, 1.1).targets
+    here = ipx.build_beacon(
+        LOWER, peers=p, seq=2000, tag=tag(ETH0, 1), tags=(tag(ETH0, 42), *echo(sw, ETH0)), key=KEY
+    )
+    assert sw.handle_segment(ETH0, here, 2.0, via=Framing.LLC).detail == "beacon"
+    assert sw.bridges_on(ETH0) == (LOWER,)
+    # Without a key the same holds for a beacon the peer link confirms.
+    plain = switch()
+    peer_says(plain, (tag(ETH0, 7),))
+    assert heard(plain, ETH0, PEER_ID, 7) == "beacon"  # heard() echoes the tag here
+    moved = ipx.build_beacon(PEER_ID, seq=3000, tag=tag(ETH0, 7), tags=(tag(ETH0, 42),))
+    assert plain.handle_segment(ETH0, moved, 3.0, via=Framing.LLC).detail == "beacon_unbound"
+    assert plain.bridges_on(ETH0) == ()
+
+
+def test_each_bridge_echoes_the_tags_it_hears_and_two_bridges_agree() -> None:
+    """Two real switches on one segment exchange beacons: each echoes the other's tag, and
+    within two rounds of immediate answers each trusts the other."""
+    a = IpxSwitch(SwitchSettings(), (), lambda _a: SERVER_NODE, segments=(ETH0,),
+                  bridge_id=LOWER, beacon_key=KEY, node_for=NODE_FOR)  # fmt: skip
+    b = IpxSwitch(SwitchSettings(), (), lambda _a: SERVER_NODE, segments=(ETH0,),
+                  bridge_id=HIGHER, beacon_key=KEY, node_for=NODE_FOR)  # fmt: skip
+    pending = [(a, frame) for frame, port in b.beacons(1.0) if port == ETH0]
+    pending += [(b, frame) for frame, port in a.beacons(1.0) if port == ETH0]
+    for _ in range(6):  # deliver each beacon and its immediate answers to the other
+        nxt = []
+        for to, frame in pending:
+            other = b if to is a else a
+            d = to.handle_segment(ETH0, frame, 1.1, via=Framing.LLC)
+            nxt += [(other, r) for r, port in d.replies if port == ETH0]
+        pending = nxt
+    assert a.bridges_on(ETH0) == (HIGHER,)
+    assert b.bridges_on(ETH0) == (LOWER,)
 
 
 def test_packets_between_two_kinds_on_one_wire_are_translated_by_the_lowest_bridge() -> None:
@@ -350,7 +421,9 @@ def test_a_copy_another_bridge_put_on_the_segment_is_left_to_that_bridge() -> No
     up_mac, up_ip = b"\x02\x00\x00\x00\x00\x09", "10.0.0.9"
     sw = keyed()
     for segment, sender, n in ((ETH0, up_mac, 1), (WRAP, up_ip, 2)):
-        beacon = ipx.build_beacon(HIGHER, seq=1000, tag=tag(segment, n), key=KEY)
+        beacon = ipx.build_beacon(
+            HIGHER, seq=1000, tag=tag(segment, n), tags=echo(sw, segment), key=KEY
+        )
         assert sw.handle_segment(segment, beacon, 1.0, sender=sender).detail == "beacon"
     d = sw.handle_segment(ETH0, packet(NATIVE, data=b"w"), 2.0, sender=up_mac)
     assert d.outcome is Outcome.FORWARDED
@@ -360,7 +433,7 @@ def test_a_copy_another_bridge_put_on_the_segment_is_left_to_that_bridge() -> No
     d = sw.handle_segment(ETH0, packet(NATIVE, data=b"x"), 2.0, sender=b"\x02" * 6)
     assert WRAP in d.targets
     # An unsigned beacon claiming that port's MAC changes nothing (a bystander's).
-    forged = ipx.build_beacon(LOWER, seq=2000, tag=tag(ETH0, 3))
+    forged = ipx.build_beacon(LOWER, seq=2000, tag=tag(ETH0, 3), tags=echo(sw, ETH0))
     assert sw.handle_segment(ETH0, forged, 2.0, sender=b"\x02" * 6).detail != "beacon"
     d = sw.handle_segment(ETH0, packet(NATIVE, data=b"y"), 2.0, sender=b"\x02" * 6)
     assert WRAP in d.targets
@@ -546,7 +619,7 @@ def test_a_bridge_new_on_a_segment_is_answered_at_once() -> None:
     # packets there; the one already running answers a newcomer's first beacon at once
     # instead of at its next beacon tick (up to BEACON_INTERVAL later).
     sw = keyed()
-    beacon = ipx.build_beacon(LOWER, seq=1, tag=tag(ETH0, 1), key=KEY)
+    beacon = ipx.build_beacon(LOWER, seq=1, tag=tag(ETH0, 1), tags=echo(sw, ETH0), key=KEY)
     first = sw.handle_segment(ETH0, beacon, 1.0)
     assert first.outcome is Outcome.CONTROL
     assert {port for _, port in first.replies} == {ETH0, WRAP, RFC, PEER}  # everywhere
@@ -554,20 +627,28 @@ def test_a_bridge_new_on_a_segment_is_answered_at_once() -> None:
     parsed = ipx.parse_beacon(ipx.parse_header(reply), reply, KEY)
     assert parsed.bridge_id == ME
     assert parsed.peers == {sw.peers[PEER].node}  # it lists its peer
-    again = sw.handle_segment(ETH0, ipx.build_beacon(LOWER, seq=2, tag=tag(ETH0, 1), key=KEY), 6.0)
+    again = sw.handle_segment(
+        ETH0, ipx.build_beacon(LOWER, seq=2, tag=tag(ETH0, 1), tags=echo(sw, ETH0), key=KEY), 6.0
+    )
     assert again.replies == ()  # known: no answer, or two bridges would answer for ever
     # A peer's first beacon is answered at once too; a repeat is not.
     hello = ipx.build_beacon(PEER_ID, sw.peers[PEER].node, seq=3, key=KEY)
     assert PEER in {port for _, port in sw.handle(hello, PEER, 6.5).replies}
     hello = ipx.build_beacon(PEER_ID, sw.peers[PEER].node, seq=4, key=KEY)
     assert sw.handle(hello, PEER, 7.0).replies == ()
-    # Answers are rate-limited: two newcomers within BEACON_ANSWER_GAP get one answer.
+    # Answers are rate-limited: ANSWER_BURST at once, then one every BEACON_ANSWER_GAP, so
+    # newcomers (or a stranger's beacons under new ids) never draw more than that.
     other = keyed()
+    ids = [bytes.fromhex(f"0200000001{n:02x}") for n in range(ANSWER_BURST + 2)]
     answers = [
-        other.handle_segment(ETH0, ipx.build_beacon(b, seq=1, tag=tag(ETH0, n), key=KEY), 1.0)
-        for n, b in enumerate((LOWER, HIGHER))
+        other.handle_segment(
+            ETH0, ipx.build_beacon(b, seq=1, tag=tag(ETH0, n), tags=echo(other, ETH0), key=KEY), 1.0
+        )
+        for n, b in enumerate(ids)
     ]
-    assert [bool(d.replies) for d in answers] == [True, False]
+    assert [bool(d.replies) for d in answers] == [True] * ANSWER_BURST + [False, False]
+    late = ipx.build_beacon(ids[-1], seq=2, tag=tag(ETH0, 9), tags=echo(other, ETH0), key=KEY)
+    assert other.handle_segment(ETH0, late, 1.0 + BEACON_ANSWER_GAP).detail == "beacon"
 
 
 def test_a_copy_returning_on_its_first_port_one_hop_further_is_a_duplicate() -> None:
