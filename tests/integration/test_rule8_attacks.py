@@ -10,8 +10,9 @@ what reaches its segment. The attacker is a raw socket on the segments:
   left B's packets to it: 0 of 80 reached S. Now the replay is refused (the sequence is
   remembered beyond the record's expiry) and, while Y's belief lasts, what X does not put
   on S Y sends itself after 0.2 s (the delivery watch).
-* **the low bridge dies** (failover): L is killed while B's client broadcasts; H sends what
-  L no longer does after 0.2 s, while it still believes L is there (up to BEACON_TTL).
+* **failover**: L is killed, loses its link to B, or loses its port on the segment while B's
+  client broadcasts; H sends what L no longer does after 0.2 s, while it still believes L
+  is there (up to BEACON_TTL).
 * **another segment**: X on S, Y on T; the attacker hears S and forwards every beacon of X
   onto T as it comes (fresh, signed: the key proves who, not where; and without a key, the
   tag X declared to its peers confirms it just as well). Before, Y believed X was on T and
@@ -166,7 +167,15 @@ class Sites:
 
 @pytest.mark.netns
 @pytest.mark.parametrize(
-    "attack", ["replayed_later", "another_segment", "another_segment_no_key", "low_bridge_dies"]
+    "attack",
+    [
+        "replayed_later",
+        "another_segment",
+        "another_segment_no_key",
+        "low_bridge_dies",
+        "low_loses_peer_link",
+        "low_loses_its_port",
+    ],
 )
 def test_a_recorded_beacon_cannot_silence_a_segment(net: Netns, workdir: Path, attack: str) -> None:
     two = attack.startswith("another_segment")
@@ -194,14 +203,22 @@ def test_a_recorded_beacon_cannot_silence_a_segment(net: Netns, workdir: Path, a
         verified(client)
         station.announce()
         stop = threading.Event()
-        if attack == "low_bridge_dies":
-            # Failover: L is killed while B's client broadcasts; H still believes L for up to
-            # BEACON_TTL, and what L no longer puts on S, H sends after the watch's window.
-            def kill_low() -> None:
-                if not stop.wait(3.0):
+        failover = attack.startswith("low_")
+        if failover:
+            # L dies, loses its link to B, or loses its port on S while B's client broadcasts;
+            # H may still believe L for up to BEACON_TTL, and what L no longer puts on S, H
+            # sends after the watch's window.
+            def fail_low() -> None:
+                if stop.wait(3.0):
+                    return
+                if attack == "low_bridge_dies":
                     bridges[low].proc.kill()
+                elif attack == "low_loses_peer_link":
+                    sh("ip", "-n", low, "link", "set", "up0", "down")
+                else:
+                    sh("ip", "-n", low, "link", "del", "lan0")
 
-            attack_thread = threading.Thread(target=kill_low, daemon=True)
+            attack_thread = threading.Thread(target=fail_low, daemon=True)
         elif two:
 
             def forward() -> None:  # every beacon of L heard on its wire, onto H's as it comes
@@ -227,13 +244,21 @@ def test_a_recorded_beacon_cannot_silence_a_segment(net: Netns, workdir: Path, a
             attacker.socks["s0"].send(recorded)
             attack_thread = threading.Thread(target=replay, daemon=True)
         dst_ns = high
-        if attack != "low_bridge_dies":
+
+        # On the way out: stop the attack, wait for its thread, then (registered first) close
+        # the attacker's sockets.
+        def join_attack() -> None:
+            if attack_thread.is_alive():
+                attack_thread.join(5)
+
+        stack.callback(join_attack)
+        stack.callback(stop.set)
+        if not failover:
             attack_thread.start()
             time.sleep(3.0)  # the attack takes hold (a forwarded beacon every 5 s)
-        stack.callback(stop.set)
         tally = stack.enter_context(Tally([station]))
         chatter = Chatter([client], 0.1)
-        if attack == "low_bridge_dies":
+        if failover:
             attack_thread.start()
         with chatter:
             deadline = time.monotonic() + SENT * 0.1 + 5
@@ -243,6 +268,7 @@ def test_a_recorded_beacon_cannot_silence_a_segment(net: Netns, workdir: Path, a
         got = {c.payload for c in tally.copies if c.framing == ETHERNET_II}
         sent = {f"churn C {n}".encode() for n in range(chatter.sent)}
         delivered = len(sent & got)
+        lost = sorted(sent - got, key=lambda p: int(p.split()[-1]))
         text = metrics(dst_ns)
         missing = metric(text, "ipxbridge_ipx_delegated_total", outcome="missing") or 0.0
         replays = metric(
@@ -253,7 +279,7 @@ def test_a_recorded_beacon_cannot_silence_a_segment(net: Netns, workdir: Path, a
         )
         print(
             f"{attack}: {delivered}/{chatter.sent} on the segment; H sent {missing:.0f} itself;"
-            f" beacon replays refused {replays}, unbound refused {unbound}"
+            f" beacon replays refused {replays}, unbound refused {unbound}; lost {lost[:5]}"
         )
         assert chatter.sent >= SENT - 2
         assert delivered >= 0.99 * chatter.sent, (delivered, chatter.sent, missing)
