@@ -282,7 +282,10 @@ def test_a_recorded_beacon_cannot_silence_a_segment(net: Netns, workdir: Path, a
             f" beacon replays refused {replays}, unbound refused {unbound}; lost {lost[:5]}"
         )
         assert chatter.sent >= SENT - 2
-        assert delivered >= 0.99 * chatter.sent, (delivered, chatter.sent, missing)
+        # A failover may cost the one broadcast in flight when it happens (once in 16 runs,
+        # with the peer link cut; docs/reliability.md R25); an attack may cost nothing.
+        allowed = chatter.sent - 1 if failover else 0.99 * chatter.sent
+        assert delivered >= allowed, (delivered, chatter.sent, missing, lost)
         if attack == "replayed_later":
             assert (replays or 0) >= 1
         elif two:  # L's beacons echo the tags heard on L's wire, not H's tag on its own
