@@ -458,10 +458,9 @@ class RelayService:
             flow_evictions=dict(c.flows_evicted),
             flows_refused=dict(c.flows_refused),
             peers=Counter(
-                (name, source.split(" ", 1)[0].replace("-", "_"))
-                for name, found in self.peer_sources.items()
-                if name in {e.name for e in plan}
-                for source in found.values()
+                (e.name, source.split(" ", 1)[0].replace("-", "_"))
+                for e in plan
+                for source in self.peer_sources.get(e.name, {}).values()
             ),
             heard_peers=dict(self.relay.policy.heard.events),
         )

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from ipxbridge.policy.ports import Address, Port, Segment
+from ipxbridge.policy.uplink import Bucket
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ipx import (
     MAX_BEACON_PEERS,
@@ -131,7 +132,7 @@ class SegmentBridges:
         # first asked: a segment packet asks once, not once per bridge heard
         self._senders: dict[Segment, dict[object, bytes]] = {}
         self._next_beacon = 0.0
-        self._answers = (float(ANSWER_BURST), 0.0)  # token bucket: (tokens, when topped up)
+        self._answers = Bucket(1 / BEACON_ANSWER_GAP, ANSWER_BURST, ANSWER_BURST, 0.0)
 
     # --- membership ------------------------------------------------------------------------
 
@@ -413,15 +414,7 @@ class SegmentBridges:
 
     def _may_answer(self, now: float) -> bool:
         """Immediate beacon answers are rate-limited: a beacon never triggers a burst."""
-        tokens, updated = self._answers
-        if now > updated:
-            tokens = min(float(ANSWER_BURST), tokens + (now - updated) / BEACON_ANSWER_GAP)
-            updated = now
-        if tokens < 1:
-            self._answers = (tokens, updated)
-            return False
-        self._answers = (tokens - 1, updated)
-        return True
+        return self._answers.take(now)
 
     def beacons(self, now: float) -> list[tuple[bytes, Port]]:
         """Announce the bridge on every segment and to every peer; forget the silent.
