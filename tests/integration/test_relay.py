@@ -654,12 +654,15 @@ IFF_TAP = 0x0002
 TAP_MAC = bytes.fromhex("020000000902")  # the VPN's side of tap0 (the test)
 
 
-def open_vpn_device(box: str, name: str, flags: int) -> int:
-    """A tun or tap device in ``box``, held by the test (the VPN daemon's side of it)."""
+def open_vpn_device(box: str, name: str, flags: int, address: str) -> int:
+    """A tun or tap device in ``box`` with ``address``, up, held by the test (the VPN
+    daemon's side of it)."""
     with inside(box):
         fd = os.open("/dev/net/tun", os.O_RDWR)
     fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), flags | IFF_NO_PI))
     os.set_blocking(fd, False)
+    sh("ip", "-n", box, "addr", "add", address, "dev", name)
+    sh("ip", "-n", box, "link", "set", name, "up")
     return fd
 
 
@@ -676,10 +679,8 @@ def test_broadcasts_arriving_on_a_tun_interface_are_copied_and_booked_as_copied(
     the command line (`--iface tun0:PEER`)."""
     box, host = net.add("box"), net.add("h")
     net.link(box, "lanA", "10.64.1.1/24", host, "eth0", "10.64.1.20/24")
-    tun = open_vpn_device(box, "tun0", IFF_TUN)
+    tun = open_vpn_device(box, "tun0", IFF_TUN, "10.8.0.1/24")
     try:
-        sh("ip", "-n", box, "addr", "add", "10.8.0.1/24", "dev", "tun0")
-        sh("ip", "-n", box, "link", "set", "tun0", "up")
         bridge = BridgeProcess(
             net,
             box,
@@ -735,10 +736,8 @@ def test_a_tun_peer_heard_broadcasting_gets_the_lans_broadcasts(
     the tun device, as the VPN daemon would); /metrics says where the peer came from."""
     box, host = net.add("box"), net.add("h")
     net.link(box, "lanA", "10.65.1.1/24", host, "eth0", "10.65.1.20/24")
-    tun = open_vpn_device(box, "tun0", IFF_TUN)
+    tun = open_vpn_device(box, "tun0", IFF_TUN, "10.8.0.1/24")
     try:
-        sh("ip", "-n", box, "addr", "add", "10.8.0.1/24", "dev", "tun0")
-        sh("ip", "-n", box, "link", "set", "tun0", "up")
         bridge = BridgeProcess(
             net,
             box,
@@ -815,12 +814,9 @@ def test_copies_booked_equal_copies_delivered_for_every_ingress_kind_and_destina
     and compared with ipxbridge_sent_copies_total per interface, on both paths."""
     box, host = net.add("box"), net.add("h")
     net.link(box, "lanA", "10.66.1.1/24", host, "eth0", "10.66.1.20/24")
-    tun = open_vpn_device(box, "tun0", IFF_TUN)
-    tap = open_vpn_device(box, "tap0", IFF_TAP)
+    tun = open_vpn_device(box, "tun0", IFF_TUN, "10.8.0.1/24")
+    tap = open_vpn_device(box, "tap0", IFF_TAP, "10.9.0.1/24")
     try:
-        for name, address in (("tun0", "10.8.0.1/24"), ("tap0", "10.9.0.1/24")):
-            sh("ip", "-n", box, "addr", "add", address, "dev", name)
-            sh("ip", "-n", box, "link", "set", name, "up")
         bridge = BridgeProcess(
             net,
             box,
