@@ -11,6 +11,9 @@ packet leaves them. The shapes follow docs/protocols.md:
   answers a ping), a victim host ``v1`` that speaks no IPX, and the attacker ``att`` (an
   AF_PACKET socket for any frame, a plain UDP socket any user may open, and a raw IP socket
   for spoofed sources).
+* **Segment T** ``br1``: a second segment, with no bridge on it until an attack moves b2's
+  ``lan0`` port there (R25); on it a native station ``n2`` and the attacker's second card
+  (``eth1``, no address: it only records and forwards frames).
 * **Links of the bridges' own**: ``brpeer`` (b1-b2, their RFC 1234 peer link, 10.78.0.0/24)
   and ``brwan`` (b1, b2 and the remote site's bridge ``b3``, 10.81.0.0/24), also Linux
   bridges in ``seg``, so that every frame a bridge puts anywhere passes a tap.
@@ -72,7 +75,7 @@ SOL_PACKET: Final = 263
 
 LAN: Final = ipaddress.IPv4Network("10.77.0.0/24")
 B1_LAN, B2_LAN = "10.77.0.1", "10.77.0.2"
-N1_IP, Q1_IP, W1_IP = "10.77.0.10", "10.77.0.11", "10.77.0.20"
+N1_IP, Q1_IP, W1_IP, N2_IP = "10.77.0.10", "10.77.0.11", "10.77.0.20", "10.77.0.12"
 V1_IP, ATT_IP = "10.77.0.99", "10.77.0.66"
 B1_PEER, B2_PEER = "10.78.0.1", "10.78.0.2"
 B1_WAN, B2_WAN, B3_WAN = "10.81.0.1", "10.81.0.2", "10.81.0.3"
@@ -527,6 +530,7 @@ SHORT: Final = (
     "b2",
     "b3",
     "n1",
+    "n2",
     "q1",
     "w1",
     "v1",
@@ -580,7 +584,7 @@ class Lan:
 
     def build(self) -> None:
         seg = self.ns["seg"]
-        for br in ("br0", "brpeer", "brwan"):
+        for br in ("br0", "br1", "brpeer", "brwan"):
             sh("ip", "-n", seg, "link", "add", br, "type", "bridge")
             self._up("seg", br)
         self._port("br0", "b1", "lan0", "p-b1", f"{B1_LAN}/24")
@@ -593,6 +597,8 @@ class Lan:
             ("att", ATT_IP),
         ):
             self._port("br0", who, "eth0", f"p-{who}", f"{ip}/24")
+        self._port("br1", "n2", "eth0", "p-n2", f"{N2_IP}/24")
+        self._port("br1", "att", "eth1", "t-att")
         self._port("brpeer", "b1", "peer0", "q-b1", f"{B1_PEER}/24")
         self._port("brpeer", "b2", "peer0", "q-b2", f"{B2_PEER}/24")
         for who, ip in (("b1", B1_WAN), ("b2", B2_WAN), ("b3", B3_WAN)):
@@ -607,7 +613,7 @@ class Lan:
             self._up(bridge, iface, f"{server}/24")
             extra = (f"{VR_IPS[1]}/24",) if who == "vr" else ()
             self._up(who, "eth0", f"{client}/24", *extra)
-        for who in ("b1", "b2", "n1", "q1", "w1", "v1", "att"):
+        for who in ("b1", "b2", "n1", "n2", "q1", "w1", "v1", "att"):
             iface = "lan0" if who in ("b1", "b2") else "eth0"
             link = sh("ip", "-n", self.ns[who], "-j", "link", "show", iface)
             self.macs[who] = bytes.fromhex(json.loads(link)[0]["address"].replace(":", ""))
