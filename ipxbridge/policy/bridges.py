@@ -19,6 +19,7 @@ expiry, so a recording replayed once the bridge has fallen silent is refused
 Pure: ``now`` is passed in; the switch owns the ports and is told when the view changes.
 """
 
+import builtins
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ class HasNode(Protocol):
     def node(self) -> bytes: ...  # noqa: D102
 
 
-@dataclass(slots=True)
+@dataclass
 class HeardBridge:
     """Another bridge's last beacon on one segment."""
 
@@ -69,12 +70,14 @@ class HeardBridge:
     tag: bytes
     peers: frozenset[bytes]  # as the beacon lists them (trusted only when signed)
     signed: bool
-    sender: object = None  # the link-layer source of its beacons: its port's MAC or IP
+    # the link-layer source of its beacons: its port's MAC or IP (builtins.: mypyc looks a
+    # dataclass field's type up in the module's globals, not builtins)
+    sender: builtins.object = None
     # the tags of the bridges it hears on this segment, as its beacon echoes them
     echoed: frozenset[bytes] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PeerBridge:
     """What a peer said of itself in its last beacon over the peer link."""
 
@@ -489,7 +492,7 @@ MAX_WATCHED: Final = 4096  # broadcasts watched at once; past that, sent at once
 WATCH_OUTCOMES: Final = ("seen", "missing", "full")
 
 
-@dataclass(slots=True)
+@dataclass
 class DeliveryWatch:
     """No belief about another bridge may silence a segment (rule 8).
 

@@ -46,7 +46,7 @@ FLOW_EVICTION_REASONS: Final = (UNPROVEN_FULL, PROVEN_FULL, PER_SOURCE)
 FLOW_REFUSAL_REASONS: Final = ("no_fd", "socket_error")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class FlowLimits:
     """Bounds of the flow table (config ``relay.max_flows`` and friends)."""
 
@@ -72,7 +72,7 @@ class FlowLimits:
             raise ValueError("max_unproven must be smaller than max_flows")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Admission:
     """What ``FlowTable.admit`` decided: open a socket if ``created``; close the evicted."""
 
@@ -81,7 +81,7 @@ class Admission:
     evicted: tuple[tuple[FlowKey, str], ...] = ()  # (flow, reason), closed before opening
 
 
-@dataclass(slots=True)
+@dataclass
 class _Entry:
     last_used: float
     answered: bool = False

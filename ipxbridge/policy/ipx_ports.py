@@ -29,7 +29,7 @@ from ipxbridge.wire.ipxwrapper import IPXWRAPPER_DEFAULT_NET
 _LAYER3_KINDS = frozenset({"wireguard", "loopback"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class IpxInterface:
     """One ``ipx.interfaces`` entry."""
 
@@ -48,7 +48,7 @@ class IpxInterface:
         return Selection(self.pattern, self.role, self.peers)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PortPlan:
     """One interface port as the I/O layer opens it."""
 
@@ -64,7 +64,7 @@ class PortPlan:
     ipx_network: bytes = IPXWRAPPER_DEFAULT_NET  # IPXWrapper unicasts to an unheard receiver
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Skipped:
     """A selected interface and kind that gets no port, and why (for the log and the CLI)."""
 

@@ -47,7 +47,7 @@ TIMED: Final = "timed"  # a timed drain
 READ_MODES: Final = (WAKEUP, TIMED)
 
 
-@dataclass(slots=True)
+@dataclass
 class ReadPacer:
     """Decides, after each read of the socket, whether the next one is timed (rules 1-3).
 

@@ -24,7 +24,7 @@ EXPIRE_SECONDS: Final = 600.0
 HEARD_EVENTS: Final = ("learned", "expired", "evicted")
 
 
-@dataclass(slots=True)
+@dataclass
 class HeardPeers:
     """Addresses heard per interface name, bounded and expiring."""
 

@@ -22,7 +22,7 @@ class PortKind(StrEnum):
     RFC1234 = "rfc1234"  # RFC 1234 hosts on a subnet, UDP 213 (5)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Segment:
     """One IPX segment: an interface, spoken to in one encapsulation."""
 

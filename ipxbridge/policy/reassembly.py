@@ -32,7 +32,7 @@ REASSEMBLY_REASONS: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ReassemblyLimits:
     """Budgets. Defaults follow docs/reliability.md 1.6 (measured: 17.8 MB peak RSS under flood)."""
 
@@ -44,7 +44,7 @@ class ReassemblyLimits:
     expiry: float = 15.0
 
 
-@dataclass(slots=True)
+@dataclass
 class _Partial:
     source: Hashable
     total_packets: int
@@ -54,7 +54,7 @@ class _Partial:
     parts: dict[int, tuple[int, bytes]] = field(default_factory=dict)  # index -> (offset, data)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ReassemblyResult:
     """What one fragment produced: a complete message, a refusal, or neither (stored)."""
 

@@ -154,7 +154,7 @@ class SourceMode(StrEnum):
     REWRITE = "rewrite"  # the bridge's address; replies come back through the flow table
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RelayMode:
     """How the relay runs: its source mode, and whether the kernel makes the copies."""
 
@@ -198,7 +198,7 @@ def choose_relay_mode(
     return RelayMode(SourceMode(source_mode), fast)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Egress:
     """One selected interface as the relay uses it."""
 
@@ -239,7 +239,7 @@ class RelayDecision(NamedTuple):
     kind: DPlayKind | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RelaySettings:
     """Tunables."""
 
@@ -257,7 +257,7 @@ class RelaySettings:
     heard_expiry: float = EXPIRE_SECONDS
 
 
-@dataclass(slots=True)
+@dataclass
 class EnumerationLimit:
     """Token buckets per source IP (rule 9), bounded; the clock is passed in."""
 
@@ -473,7 +473,7 @@ class RelayPolicy:
         self.heard.expire(now)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Selection:
     """One configured relay interface pattern."""
 

@@ -37,7 +37,7 @@ from ipxbridge.wire.directplay import (
 from ipxbridge.wire.dplay_user import decode_user_fields, user_bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Lobby:
     """How a session can be joined, from every field of its announcement that says so.
 
@@ -148,7 +148,7 @@ def status_text(item: Mapping[str, Any]) -> str:
     return ", ".join(reasons) or "open"
 
 
-@dataclass(slots=True)
+@dataclass
 class Session:
     """One live game session."""
 

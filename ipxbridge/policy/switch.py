@@ -313,7 +313,7 @@ class Decision(NamedTuple):
     client_packet: bytes | None = None  # what DOSBox-protocol clients get instead (rule 10)
 
 
-@dataclass(slots=True)
+@dataclass
 class Client:
     """A registered DOSBox-protocol client."""
 
@@ -334,7 +334,7 @@ class Client:
     tx_bytes: int = 0
 
 
-@dataclass(slots=True)
+@dataclass
 class Peer:
     """A statically configured RFC 1234 peer."""
 
@@ -347,7 +347,7 @@ class Peer:
     tx_bytes: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SwitchEvent:
     """Something an operator wants in the log (registration, expiry...)."""
 
@@ -357,7 +357,7 @@ class SwitchEvent:
     node: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SwitchSettings:
     """Tunables of the switch (all times in seconds)."""
 

@@ -24,7 +24,6 @@ once per window, whatever way it came in and whatever the other rules concluded.
 
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass
 from operator import itemgetter
 from typing import Final, Generic, TypeVar
 
@@ -35,11 +34,14 @@ P = TypeVar("P", bound=Hashable)
 PROOF_AFTER: Final = 1.0  # seconds between the first and a later packet that make a key proven
 
 
-@dataclass(slots=True)
 class _Entry(Generic[V]):
-    value: V
-    first: float
-    last: float
+    # A plain class, not a dataclass: mypyc compiles no generic dataclass.
+    __slots__ = ("first", "last", "value")
+
+    def __init__(self, value: V, first: float, last: float) -> None:
+        self.value = value
+        self.first = first
+        self.last = last
 
 
 def purge_front(entries: "OrderedDict[K, V]", stamp: Callable[[V], float], older: float) -> int:

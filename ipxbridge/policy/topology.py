@@ -115,7 +115,7 @@ def _on_link(address: str, prefixlen: int, peer: str | None) -> ipaddress.IPv4Ne
     return ipaddress.IPv4Network(f"{base}/{prefixlen}", strict=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class InterfaceAddress:
     """One IPv4 address on one interface.
 
@@ -161,7 +161,7 @@ class InterfaceAddress:
         return ip in self.network or ip == ipaddress.IPv4Address(self.address)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Interface:
     """One network interface as the bridge sees it."""
 
@@ -189,7 +189,7 @@ class Interface:
         return self.kind == "loopback"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Topology:
     """Every interface of the box, in ifindex order as the kernel dumps them."""
 
@@ -324,7 +324,7 @@ def select(topology: Topology, patterns: Sequence[str]) -> list[Interface]:
     return [i for i in candidates if any(_matches(i, p) for p in patterns)]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Unmatched:
     """A selection pattern that selects no interface; ``str()`` says so in words."""
 

@@ -76,7 +76,7 @@ HANDSHAKE_OUTCOMES: Final[tuple[str, ...]] = (
 )
 
 
-@dataclass(slots=True)
+@dataclass
 class Bucket:
     """A token bucket in replies (the clock passed in)."""
 
@@ -96,7 +96,7 @@ class Bucket:
         return True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class UplinkServerSettings:
     """Bounds of the server side (times in seconds)."""
 
@@ -113,7 +113,7 @@ class UplinkServerSettings:
     max_amplification: float = 2.0
 
 
-@dataclass(slots=True)
+@dataclass
 class ServerSession:
     """One address talking the uplink protocol to us."""
 
@@ -127,7 +127,7 @@ class ServerSession:
     client_challenge: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ServerResult:
     """What the server side made of one control packet.
 
@@ -146,7 +146,7 @@ class ServerResult:
         return self.detail != "uplink"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class UplinkEvent:
     """Something for the log: accepted, rejected, closed, expired, short_challenge..."""
 
@@ -347,7 +347,7 @@ class ClientState(StrEnum):
     REJECTED = "rejected"  # wrong password; retried at the backoff cap
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class UplinkClientSettings:
     """Timers of the client side (seconds)."""
 
@@ -359,7 +359,7 @@ class UplinkClientSettings:
     liveness: float = 30.0
 
 
-@dataclass(slots=True)
+@dataclass
 class UplinkClient:
     """One client uplink to a server (ipxbox or ipxbridge). Pure: feed it, send what it says.
 

@@ -454,7 +454,7 @@ class DPlayKind(StrEnum):
 # --- SOCKADDR_IN and the SP header (docs/protocols.md 1.2) ---------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SockAddr:
     """A Winsock SOCKADDR_IN as DirectPlay sends it: 16 bytes.
 
@@ -501,7 +501,7 @@ def build_sockaddr(addr: SockAddr) -> bytes:
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SPHeader:
     """The 20-byte Winsock SP header: ``u32 LE = token << 20 | size`` and the sender's address.
 
@@ -616,7 +616,7 @@ def split_dp4_stream(buf: bytes | bytearray | memoryview) -> tuple[list[bytes], 
 # --- DP4 records ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class EnumSessions:
     """DPSP_MSG_ENUMSESSIONS body (docs/protocols.md 1.4).
 
@@ -628,7 +628,7 @@ class EnumSessions:
     password: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SessionDesc:
     """DPSESSIONDESC2, 80 bytes little-endian (docs/protocols.md 1.6).
 
@@ -661,7 +661,7 @@ class SessionDesc:
         return bool(self.flags & SESSION_NEW_PLAYERS_DISABLED)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class EnumSessionsReply:
     """DPSP_MSG_ENUMSESSIONSREPLY body (docs/protocols.md 1.5): the description and the name.
 
@@ -672,7 +672,7 @@ class EnumSessionsReply:
     name: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PacketFragment:
     """PACKET (0x15) / PACKET2_DATA (0x30) fragment of a large message (docs/protocols.md 1.7).
 
@@ -693,7 +693,7 @@ class PacketFragment:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DP4Message:
     """One DirectPlay 4 message.
 

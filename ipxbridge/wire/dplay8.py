@@ -81,7 +81,7 @@ DP8_SESSION_REQUIRE_PASSWORD: Final = 0x080
 DP8_SESSION_NOENUMS: Final = 0x100
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DP8EnumQuery:
     """EnumQuery: type 1 names an application GUID, type 2 (GUID None) asks every host."""
 
@@ -91,7 +91,7 @@ class DP8EnumQuery:
     app_data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DP8EnumResponse:
     """EnumResponse. An empty ``bytes`` field (or ``session_name`` None) was not sent."""
 
@@ -295,7 +295,7 @@ DP8_DFRAME_LEN: Final = _DFRAME.size  # 4
 Masks = tuple[int | None, int | None, int | None, int | None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DP8Sack:
     """The fields particular to a SACK CFRAME. A mask is None when its flag bit is clear."""
 
@@ -310,7 +310,7 @@ class DP8Sack:
     padding: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DP8DataFrame:
     """The fields particular to a DFRAME. A mask is None when its bControl bit is clear."""
 
@@ -331,7 +331,7 @@ class DP8DataFrame:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DP8Frame:
     """One reliable-protocol frame ([MC-DPL8R] 2.2).
 

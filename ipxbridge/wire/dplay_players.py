@@ -44,7 +44,7 @@ PLAYER_IN_GROUP: Final = 0x4
 PLAYER_LOCAL: Final = 0x8
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PackedPlayer:
     """DPLAYI_PACKEDPLAYER ([MC-DPL4CS] 2.2.2).
 
@@ -140,7 +140,7 @@ def build_packed_player(player: PackedPlayer) -> bytes:
     return fixed + variable
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SuperPackedPlayer:
     """DPLAYI_SUPERPACKEDPLAYER ([MC-DPL4CS] 2.2.3), the entries of SUPERENUMPLAYERSREPLY.
 

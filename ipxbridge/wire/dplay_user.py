@@ -33,7 +33,7 @@ _USER: Final = struct.Struct("<4I")  # dwUser1..4, little-endian like all of DPS
 USER_LEN: Final = _USER.size  # 16 bytes: 64..79 of the description, 72..87 from 'play'
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class UserFields:
     """What a game says about its session in dwUser1..4; None where its layout has no field.
 
@@ -74,7 +74,10 @@ ARMADA_HEAD_TO_HEAD: Final = 0x02  # bit 2
 ARMADA_PASSWORD: Final = 0x04  # bit 3
 ARMADA_STARTED: Final = 0x20  # bit 6
 ARMADA_CLOSED: Final = 0x40  # bit 7
-ARMADA_MAP: Final = slice(4, 16)  # bytes 76..87 = dwUser2..4 in wire order: 12 bytes (8.3 name)
+# bytes 76..87 = dwUser2..4 in wire order: 12 bytes (8.3 name). Two ints, not a slice object:
+# mypyc takes a slice constant as an integer index.
+ARMADA_MAP_START: Final = 4
+ARMADA_MAP_END: Final = 16
 
 
 def decode_armada(user: UserWords) -> UserFields:
@@ -83,7 +86,8 @@ def decode_armada(user: UserWords) -> UserFields:
     players = raw[ARMADA_PLAYERS_BYTE] & ARMADA_PLAYERS_MASK
     flags = raw[ARMADA_FLAGS_BYTE]
     # No encoding or terminator is given: cut at the first NUL, cp1252 with replacement.
-    name = raw[ARMADA_MAP].split(b"\x00", 1)[0].decode("cp1252", "replace").strip()
+    map_bytes = raw[ARMADA_MAP_START:ARMADA_MAP_END]
+    name = map_bytes.split(b"\x00", 1)[0].decode("cp1252", "replace").strip()
     return UserFields(
         max_players=players or ARMADA_ALL_SLOTS,
         password=bool(flags & ARMADA_PASSWORD),

@@ -23,6 +23,7 @@ Raises: ``parse_frame`` raises only ``EthernetError`` (a ``WireError``) for remo
 station speaks is learned above the codec (``policy/framings.py``).
 """
 
+import builtins
 import enum
 import struct
 from dataclasses import dataclass
@@ -82,14 +83,15 @@ BROADCAST_MAC: Final = b"\xff" * 6
 MAC_LEN: Final = 6
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class EthernetIpx:
     """One native IPX frame: MACs are 6 raw bytes; ``packet`` is the whole IPX packet."""
 
     dst_mac: bytes
     src_mac: bytes
     framing: Framing
-    packet: memoryview
+    # builtins.: mypyc looks a dataclass field's type up in the module's globals, not builtins
+    packet: builtins.memoryview
 
 
 def parse_frame(frame: bytes | memoryview) -> EthernetIpx:

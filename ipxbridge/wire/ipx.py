@@ -30,7 +30,7 @@ from ipxbridge.wire.errors import WireError
 # RFC 1234 figure 1 / docs/protocols.md 3.1: checksum, length, transport control, packet type,
 # destination network, node, socket, source network, node, socket.
 _HEADER: Final = struct.Struct("!HHBB4s6sH4s6sH")
-HEADER_LEN: Final = _HEADER.size  # 30
+HEADER_LEN: Final[int] = _HEADER.size  # 30
 
 IPX_UDP_PORT: Final = 213  # RFC 1234: IANA "ipx", the tunnel's UDP port
 CHECKSUM_NONE: Final = 0xFFFF  # RFC 1234 "Reserved packets": IPX never checksums.
@@ -344,7 +344,7 @@ _FIXED: Final = struct.Struct("!BQ8s")  # flags, sequence, segment tag
 NO_TAG: Final = bytes(TAG_LEN)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Beacon:
     """An ipxbridge beacon (version 2), as the receiver reads it.
 

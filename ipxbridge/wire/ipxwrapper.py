@@ -119,7 +119,7 @@ class IpxWrapperMagic(IntEnum):
     COALESCED = ipx.PACKET_TYPE_COALESCED  # IPX_MAGIC_COALESCED: a batch of IPX packets
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class IpxWrapperPacket:
     """One IPXWrapper UDP packet (docs/protocols.md 6).
 

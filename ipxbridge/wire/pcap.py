@@ -76,7 +76,7 @@ class PcapError(IpxbridgeError):
         self.reason: PcapReason = reason
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Frame:
     """One captured record, decoded down to its transport payload."""
 

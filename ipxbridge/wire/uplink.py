@@ -36,7 +36,9 @@ from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ipx import CHECKSUM_NONE, HEADER_LEN, IPXBOX_MARK
 
 UPLINK_NODE: Final = b"UpLiNK"  # 55 70 4c 69 4e 4b
-_DST_NODE: Final = slice(10, 16)  # destination node, docs/protocols.md 3.1
+# destination node, docs/protocols.md 3.1 (two ints: mypyc takes a slice constant as an index)
+_DST_NODE_START: Final = 10
+_DST_NODE_END: Final = 16
 MIN_CHALLENGE: Final = 64  # ipxbox MinChallengeLength: shorter gets no answer at all
 # Larger than any real control packet (a 64-byte challenge and a solution: ~200 bytes); a
 # JSON parser is never handed more than this from a stranger.
@@ -62,7 +64,7 @@ CLOSE_CONNECTION: Final = "close-connection"
 _HEADER: Final = struct.Struct("!HHB")  # checksum, length, transport control
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class UplinkMessage:
     """One control message. ``type`` is kept as sent: an unknown one is the caller's to skip."""
 
@@ -73,7 +75,7 @@ class UplinkMessage:
 
 def is_uplink_control(data: bytes | memoryview) -> bool:
     """Is this datagram an uplink control packet (rule 1)? Only the destination node counts."""
-    return len(data) >= HEADER_LEN and data[_DST_NODE] == UPLINK_NODE
+    return len(data) >= HEADER_LEN and data[_DST_NODE_START:_DST_NODE_END] == UPLINK_NODE
 
 
 def _b64(value: bytes | None) -> str | None:
