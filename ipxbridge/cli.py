@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ipxbridge import __version__
+from ipxbridge import __version__, build
 from ipxbridge.commands import (
     check_config,
     cleanup,
@@ -50,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"ipxbridge {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"ipxbridge {__version__}, {build.describe()}"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for command in COMMANDS:
         command.add_parser(sub)

@@ -26,11 +26,12 @@ die() {
 # build the container image on a local Debian base and run it (tests/integration/
 # test_container.py; there is no Docker engine or registry, docker-compose talks to podman);
 # python3-venv so Debian's and Ubuntu's python3 can make the virtual environment; nasm
-# assembles the DOS programs the DOSBox listener tests run (tests/integration/dos/).
+# assembles the DOS programs the DOSBox listener tests run (tests/integration/dos/); gcc and
+# python3-dev let setup.py compile ipxbridge/wire and ipxbridge/policy with mypyc.
 APT_PACKAGES=(
     dosbox iproute2 util-linux tshark tcpdump wireguard-go wireguard-tools nftables
     prometheus chromium docker-compose shellcheck systemd podman buildah runc debootstrap
-    python3-venv nasm openvpn tinc nebula openssl
+    python3-venv nasm openvpn tinc nebula openssl gcc python3-dev
 )
 PYTHON=${PYTHON:-python3}
 VENV=.venv
@@ -96,10 +97,34 @@ fi
 sed -e "/' is ignored: it is neither a file nor a directory\.$/d" "$pip_log"
 rm -f "$pip_log"
 
+# Which build the editable install made: compiled with mypyc (ipxbridge/build.py) or, with no
+# C compiler or Python headers, pure Python. CI must test the compiled build, which is what the
+# container image ships.
+BUILD=$("$PY" -c 'from ipxbridge import build; print(build.build())')
+echo "==> build: $("$PY" -m ipxbridge --version)"
+if [ "$BUILD" != compiled ] && [ "${CI:-}" = true ]; then
+    die "the compiled build did not build ($BUILD); setup.py said why in: $PY -m pip install -v -e ."
+fi
+
 echo "==> ruff"
-"$PY" -m ruff check ipxbridge tests bench deploy scripts
-"$PY" -m ruff format --check ipxbridge tests bench deploy scripts
+"$PY" -m ruff check ipxbridge tests bench deploy scripts setup.py
+"$PY" -m ruff format --check ipxbridge tests bench deploy scripts setup.py
 echo "==> mypy --strict"
 "$PY" -m mypy
-echo "==> pytest"
-exec "$PY" -m pytest -q "$@"
+
+if [ "$BUILD" = compiled ] && [ $# -eq 0 ]; then
+    # The unit tests once more on the pure-Python build: a copy of the source without the
+    # extension modules, imported first (pytest puts the copy's root on sys.path). The tests
+    # that patch ipxbridge's own code to inject a fault (marked patches_code) run here only.
+    pure=$(mktemp -d)
+    trap 'rm -rf "$pure"' EXIT
+    tar --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.so' \
+        --exclude=__pycache__ --exclude=./tests/artifacts -cf - . | tar -xf - -C "$pure"
+    echo "==> pytest tests/unit on the pure-Python build"
+    (cd "$pure" && IPXBRIDGE_EXPECT_BUILD=pure "$PY" -m pytest -q -p no:cacheprovider tests/unit)
+    echo "==> pytest on the compiled build"
+    IPXBRIDGE_EXPECT_BUILD=compiled "$PY" -m pytest -q -m "not patches_code"
+else
+    echo "==> pytest ($BUILD build)"
+    exec "$PY" -m pytest -q "$@"
+fi

@@ -22,3 +22,45 @@ def node_key_in_a_temp_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield
     finally:
         del os.environ[NODE_KEY_ENV]
+
+
+# --- which build runs (ipxbridge/build.py) -------------------------------------------------------
+
+BUILD_ENV = "IPXBRIDGE_EXPECT_BUILD"  # scripts/test.sh: "compiled" or "pure"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "patches_code: injects a fault by patching ipxbridge's own functions or classes, which"
+        " a mypyc-compiled module does not allow; runs on the pure-Python build (scripts/"
+        "test.sh runs the unit tests there too)",
+    )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With IPXBRIDGE_EXPECT_BUILD set, refuse to run on another build than the one meant:
+    a pass of the suite on the wrong build would say nothing about the right one."""
+    expected = os.environ.get(BUILD_ENV)
+    if not expected:
+        return
+    from ipxbridge import build
+
+    got = build.build()
+    if got != expected:
+        pytest.exit(
+            f"{BUILD_ENV}={expected}, but the ipxbridge imported from "
+            f"{build.LAYERS['policy']} is {got}: {build.describe()}",
+            returncode=3,
+        )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from ipxbridge import build
+
+    if build.build() == "pure":
+        return
+    skip = pytest.mark.skip(reason="patches compiled code; runs on the pure-Python build")
+    for item in items:
+        if item.get_closest_marker("patches_code") is not None:
+            item.add_marker(skip)

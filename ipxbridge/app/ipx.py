@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from ipxbridge import __version__
+from ipxbridge import __version__, build
 from ipxbridge.app.unmatched import UnmatchedNames
 from ipxbridge.app.wgpeers import WireGuardPeers
 from ipxbridge.config import UPLINK_PASSWORD_ENV, Config, parse_host_port, resolve_ipv4
@@ -292,8 +292,9 @@ class IpxService:
             self.endpoint.close()
             raise
         logger.info(
-            "ipxbridge %s: IPX tunnel on udp %s (RFC 1234 + DOSBox), peers: %s",
+            "ipxbridge %s (%s): IPX tunnel on udp %s (RFC 1234 + DOSBox), peers: %s",
             __version__,
+            build.describe(),
             listen,
             ", ".join(f"{h}:{p}" for h, p in peers) or "none",
         )

@@ -2,11 +2,11 @@
 
 import argparse
 
-from ipxbridge import __version__
+from ipxbridge import __version__, build
 from ipxbridge.commands.common import EXIT_OK, SubParsers, add_command
 
 EXAMPLES = (
-    ("ipxbridge version", "prints ipxbridge VERSION"),
+    ("ipxbridge version", "prints ipxbridge VERSION and which build: compiled or pure Python"),
     ("ipxbridge --version", "the same"),
 )
 
@@ -17,6 +17,6 @@ def add_parser(sub: SubParsers) -> None:
 
 
 def run(_args: argparse.Namespace) -> int:
-    """Print ``ipxbridge VERSION``."""
-    print(f"ipxbridge {__version__}")
+    """Print ``ipxbridge VERSION, BUILD`` (``ipxbridge/build.py``)."""
+    print(f"ipxbridge {__version__}, {build.describe()}")
     return EXIT_OK

@@ -26,7 +26,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from ipxbridge import __version__
+from ipxbridge import __version__, build
 from ipxbridge.obs.counters import BUCKETS, TUNNEL, IpxCounters, LatencyHistogram
 from ipxbridge.policy.bridges import WATCH_OUTCOMES
 from ipxbridge.policy.budget import BOUND_ADDRESS, BOUND_TOTAL
@@ -157,9 +157,12 @@ class BridgeCollector(Collector):
         dplay = src.directplay
 
         info = GaugeMetricFamily(
-            "ipxbridge_build_info", "Build information (always 1).", labels=["version"]
+            "ipxbridge_build_info",
+            "Build information (always 1): the version, and the build (compiled: ipxbridge/wire"
+            " and ipxbridge/policy compiled with mypyc; pure: pure Python).",
+            labels=["version", "build"],
         )
-        info.add_metric([__version__], 1)
+        info.add_metric([__version__, build.build()], 1)
         yield info
 
         ipx_ports = _ipx_ports(ipx_state)

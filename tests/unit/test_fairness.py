@@ -71,6 +71,7 @@ def free_udp_port() -> int:
         return port
 
 
+@pytest.mark.patches_code
 def test_a_backlog_is_served_round_robin_and_the_flooders_excess_dropped_unread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -65,6 +65,7 @@ def test_a_round_trip_mismatch_fails(monkeypatch: pytest.MonkeyPatch) -> None:
         targets.check_dp4(reply)
 
 
+@pytest.mark.patches_code
 def test_switch_property_catches_a_reflection_to_the_ingress(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -73,6 +74,7 @@ def test_switch_property_catches_a_reflection_to_the_ingress(
         targets.check_switch(TARGETS["switch"].seeds()[0])
 
 
+@pytest.mark.patches_code
 def test_switch_property_catches_a_batch_forwarded_as_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -88,6 +90,7 @@ def test_switch_property_catches_a_batch_forwarded_as_one(
         targets.check_switch(TARGETS["switch"].seeds()[0])
 
 
+@pytest.mark.patches_code
 def test_switch_property_catches_amplification_toward_an_unproven_address(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -136,6 +139,7 @@ def test_reassembly_property_catches_a_budget_overrun(monkeypatch: pytest.Monkey
     targets.check_reassembly(flood)  # the real reassembler refuses what does not fit
 
 
+@pytest.mark.patches_code
 def test_relay_property_catches_an_exception_out_of_decide(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -150,6 +154,7 @@ def test_relay_property_catches_an_exception_out_of_decide(
         targets.check_relay(TARGETS["relay"].seeds()[0])
 
 
+@pytest.mark.patches_code
 def test_relay_property_catches_a_rewrite_that_changes_more_than_the_address(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

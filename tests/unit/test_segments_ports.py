@@ -672,6 +672,7 @@ def errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+@pytest.mark.patches_code
 def test_a_bug_in_the_switch_costs_one_frame_each_booked_and_logged_once_a_minute(
     bench: Bench, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -730,6 +731,7 @@ def test_a_bug_before_the_switch_is_a_dropped_frame(
     assert len(errors(caplog)) == 1
 
 
+@pytest.mark.patches_code
 def test_a_bug_on_the_tunnel_socket_costs_one_datagram(
     bench: Bench, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

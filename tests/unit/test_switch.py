@@ -850,6 +850,7 @@ def test_a_client_sending_the_same_broadcast_35_times_a_second_reaches_everyone_
     assert copies == 500 * 16 * 15
 
 
+@pytest.mark.patches_code
 def test_a_full_table_of_young_registrations_is_not_walked_for_each_newcomer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
