@@ -34,12 +34,29 @@ ENV PIP_NO_CACHE_DIR=1 \
 # and the config.
 ARG PIP_NO_INDEX
 ARG PIP_FIND_LINKS
-# Every dependency ships manylinux wheels, so no compiler is needed here. An sdist-only
-# dependency would need build-essential in this stage only.
+# Every dependency ships manylinux wheels. The compiler is for ipxbridge itself: setup.py
+# compiles ipxbridge/wire and ipxbridge/policy with mypyc (the build requirement mypy brings
+# it). gcc and libc6-dev, and Python's headers where the base has none (the official python
+# images keep theirs in /usr/local/include; a Debian python3 needs python3-dev), stay in this
+# stage: the runtime stage copies only the venv. The image must ship the compiled build, so
+# the build fails if it is not (ipxbridge --version names the build).
+RUN apt-get update \
+    && if python -c 'import pathlib, sys, sysconfig; \
+            sys.exit(not pathlib.Path(sysconfig.get_paths()["include"], "Python.h").is_file())'; \
+    then \
+        apt-get install -y --no-install-recommends 'gcc=4:12.2.*' 'libc6-dev=2.36-*'; \
+    else \
+        apt-get install -y --no-install-recommends 'gcc=4:12.2.*' 'libc6-dev=2.36-*' \
+            'python3-dev=3.11.2-*'; \
+    fi \
+    && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/ipxbridge
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md setup.py /src/
 COPY ipxbridge /src/ipxbridge
 RUN /opt/ipxbridge/bin/pip install /src \
+    && /opt/ipxbridge/bin/ipxbridge --version \
+    && /opt/ipxbridge/bin/python -c 'import sys; from ipxbridge import build; \
+        sys.exit(build.build() != "compiled")' \
     && mkdir -p /rootfs/etc/ipxbridge \
     && /opt/ipxbridge/bin/ipxbridge print-default-config > /rootfs/etc/ipxbridge/config.yaml \
     && /opt/ipxbridge/bin/ipxbridge check-config /rootfs/etc/ipxbridge/config.yaml

@@ -173,6 +173,12 @@ def test_image_hygiene(image: Podman) -> None:
             assert not (mount / absent).exists(), absent
         for compiler in ("gcc", "cc", "c++", "g++", "clang", "x86_64-linux-gnu-gcc-12"):
             assert not (mount / "usr/bin" / compiler).exists(), compiler
+        # the compiled build (setup.py), without the compiler that built it
+        site = sorted((mount / "opt/ipxbridge/lib").glob("python3*/site-packages"))
+        assert site, "no site-packages in /opt/ipxbridge"
+        assert list(site[0].glob("ipxbridge__mypyc.*.so")), "no mypyc runtime module"
+        for layer in ("wire/ipx", "policy/switch", "policy/relay"):
+            assert list(site[0].glob(f"ipxbridge/{layer}.*.so")), f"{layer} is not compiled"
         extra_cas = host_extra_cas()
         world_writable, tests_dirs, ca_copies = scan_tree(mount, extra_cas)
         assert world_writable == [], world_writable
