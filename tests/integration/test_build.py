@@ -66,7 +66,8 @@ def test_no_c_compiler_gives_the_pure_build_and_says_why(tmp_path: Path) -> None
     assert "pure-Python build: no C compiler" in text
     assert extension_modules(whl) == []
     version = installed_describe(tmp_path, whl)
-    assert version.startswith("ipxbridge ") and "pure Python" in version, version
+    assert version.startswith("ipxbridge "), version
+    assert "pure Python" in version, version
 
 
 def test_asking_for_the_pure_build_gives_it(tmp_path: Path) -> None:
@@ -82,7 +83,8 @@ def test_a_compiler_that_fails_leaves_no_half_compiled_package(tmp_path: Path) -
     failing.write_text("#!/bin/sh\necho 'cc: refusing for the test' >&2\nexit 1\n")
     failing.chmod(0o755)
     whl, text = wheel(tmp_path, CC=str(failing))
-    assert "compiling failed" in text and "installing the pure-Python build" in text
+    assert "compiling failed" in text
+    assert "installing the pure-Python build" in text
     assert extension_modules(whl) == []
     assert "pure Python" in installed_describe(tmp_path, whl)
 
