@@ -77,7 +77,7 @@ else
             || die "$PYTHON -m venv $VENV (on Debian or Ubuntu: apt-get install python3-venv)"
         how="created from $(command -v "$PYTHON")"
     fi
-    PY=$VENV/bin/python
+    PY=$PWD/$VENV/bin/python  # absolute: the pure-build pass runs from another directory
     echo "==> Python: virtual environment $VENV ($how, $("$PY" -V 2>&1))"
     # As if activated: what the test extra installs (hadolint) and any python3 a test starts
     # by name must be this environment's.
