@@ -88,6 +88,17 @@ def args_of(name: str) -> list[str]:
     return [rest for word, rest in instructions() if word == name]
 
 
+def runtime_args_of(name: str) -> list[str]:
+    """``args_of`` in the last stage only: what the shipped image is made of."""
+    stages: list[list[tuple[str, str]]] = []
+    for word, rest in instructions():
+        if word == "FROM":
+            stages.append([])
+        elif stages:
+            stages[-1].append((word, rest))
+    return [rest for word, rest in stages[-1] if word == name]
+
+
 def copies() -> list[tuple[list[str], list[str], str]]:
     """COPY instructions as (flags, sources, destination)."""
     out = []
@@ -131,7 +142,7 @@ def test_multi_stage_on_the_pinned_slim_base_with_a_venv() -> None:
 
 
 def test_runtime_installs_only_pinned_nftables_and_creates_the_user() -> None:
-    runtime_runs = [r for r in args_of("RUN") if "apt-get" in r]
+    runtime_runs = [r for r in runtime_args_of("RUN") if "apt-get" in r]
     assert len(runtime_runs) == 1
     installs = re.findall(r"apt-get install ([^&;]+)", runtime_runs[0])
     packages = [w.strip("'\"") for w in " ".join(installs).split() if not w.startswith("-")]
@@ -145,6 +156,17 @@ def test_runtime_installs_only_pinned_nftables_and_creates_the_user() -> None:
     assert f"RUN_UID={RUN_UID}" in ENTRYPOINT.read_text()
     # the entrypoint starts as root and steps down itself
     assert args_of("USER") == []
+
+
+def test_the_build_stage_compiles_and_refuses_a_pure_build() -> None:
+    """The compiler is installed in the build stage (pinned), and the build stops unless
+    setup.py compiled the per-packet code (ipxbridge/build.py): the image ships that build."""
+    build_runs = [r for r in args_of("RUN") if r not in runtime_args_of("RUN")]
+    installs = " ".join(re.findall(r"apt-get install ([^&;]+)", " ".join(build_runs)))
+    packages = {w.strip("'\"") for w in installs.split() if not w.startswith("-")}
+    assert {"gcc=4:12.2.*", "libc6-dev=2.36-*", "python3-dev=3.11.2-*"} <= packages
+    assert any('build.build() != "compiled"' in r for r in build_runs), build_runs
+    assert "setup.py" in [src for _f, sources, _d in copies() for src in sources]
 
 
 def test_entrypoint_cmd_and_default_config() -> None:
