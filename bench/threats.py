@@ -252,15 +252,25 @@ def two_bridges(
 
 
 def converge(net: Lan, timeout: float = 6.0) -> bool:
-    """Until b1 and b2 each hear the other on lan0 (their beacons), or ``timeout``."""
+    """Until b1 and b2 each hear the other on lan0 (their beacons), on every kind of port
+    lan0 has (ethernet, ipxwrapper: each kind's trust is its own), or ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        heard: list[float] = []
         try:
-            heard = [
-                sample(b.metrics(), "ipxbridge_ipx_port_bridges", kind="ethernet", interface="lan0")
-                for name, b in net.bridges.items()
-                if name in ("b1", "b2")
-            ]
+            for name, b in net.bridges.items():
+                if name not in ("b1", "b2"):
+                    continue
+                m = b.metrics()
+                kinds = {
+                    k
+                    for key in m
+                    if key.startswith("ipxbridge_ipx_port_bridges{") and 'interface="lan0"' in key
+                    for k in re.findall(r'kind="([^"]*)"', key)
+                }
+                heard += [
+                    sample(m, "ipxbridge_ipx_port_bridges", kind=k, interface="lan0") for k in kinds
+                ] or [0.0]
         except OSError:
             heard = []
         if heard and all(n >= 1 for n in heard):
