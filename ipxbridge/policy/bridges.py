@@ -188,6 +188,11 @@ class SegmentBridges:
         info = self._peer_info.get(addr)
         return info.bridge_id if info is not None else self._peers[addr].node
 
+    def _echoes_own(self, heard: HeardBridge, segment: Segment) -> bool:
+        """Its beacon echoes this bridge's tag for ``segment``: it hears this bridge there."""
+        own = self._tags.get(segment)
+        return own is not None and own in heard.echoed
+
     def _trusted(self, bridge: bytes, heard: HeardBridge, segment: Segment) -> bool:
         """Is a bridge heard on a segment really there, and there now?
 
@@ -197,8 +202,7 @@ class SegmentBridges:
         the peer link: it is a configured peer's bridge id and the tag it sent is one that
         peer declared.
         """
-        own = self._tags.get(segment)
-        if own is None or own not in heard.echoed:
+        if not self._echoes_own(heard, segment):
             return False
         if heard.signed:
             return True
@@ -395,13 +399,12 @@ class SegmentBridges:
             # counts, but it changes nothing until then: a bystander's forgery can at worst
             # leave a duplicate, never silence. A beacon heard on another segment than it was
             # sent on echoes that segment's tags, not this one's (``beacon_unbound``).
-            signed_or_peer = heard.signed or self._key is None
-            own = self._tags.get(segment)
-            reason = (
-                "beacon_unbound"
-                if signed_or_peer and own is not None and own not in heard.echoed
-                else "beacon_unverified"
+            unbound = (
+                (heard.signed or self._key is None)
+                and segment in self._tags
+                and not self._echoes_own(heard, segment)
             )
+            reason = "beacon_unbound" if unbound else "beacon_unverified"
             return reason, before is None and here and self._may_answer(now)
         return "beacon", not was_trusted and here and self._may_answer(now)
 
