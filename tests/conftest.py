@@ -29,15 +29,6 @@ def node_key_in_a_temp_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator
 BUILD_ENV = "IPXBRIDGE_EXPECT_BUILD"  # scripts/test.sh: "compiled" or "pure"
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "patches_code: injects a fault by patching ipxbridge's own functions or classes, which"
-        " a mypyc-compiled module does not allow; runs on the pure-Python build (scripts/"
-        "test.sh runs the unit tests there too)",
-    )
-
-
 def pytest_sessionstart(session: pytest.Session) -> None:
     """With IPXBRIDGE_EXPECT_BUILD set, refuse to run on another build than the one meant:
     a pass of the suite on the wrong build would say nothing about the right one."""
@@ -49,8 +40,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     got = build.build()
     if got != expected:
         pytest.exit(
-            f"{BUILD_ENV}={expected}, but the ipxbridge imported from "
-            f"{build.LAYERS['policy']} is {got}: {build.describe()}",
+            f"{BUILD_ENV}={expected}, but this ipxbridge is {build.describe()}",
             returncode=3,
         )
 
