@@ -35,6 +35,7 @@ from pydantic import (
 from ipxbridge.errors import IpxbridgeError
 from ipxbridge.policy.peers import EXPIRE_SECONDS, MAX_PER_INTERFACE
 from ipxbridge.policy.relay import DEFAULT_RELAY_PORTS
+from ipxbridge.policy.rooms import room_name
 from ipxbridge.wire.ipx import DEFAULT_FILTERED_SOCKETS, IPX_UDP_PORT
 from ipxbridge.wire.ipxwrapper import IPXWRAPPER_DEFAULT_NET
 from ipxbridge.wire.openvpn_status import STATUS_FILES
@@ -188,6 +189,33 @@ directplay:
   session_expiry: 60       # seconds a session stays listed without a fresh announcement
   max_sessions: 1024
   games: {}                # extra titles: {"{GUID}": "Title"}
+websocket:
+  # Players in a browser: js-dos connects to ws://HOST:1900/ipx/<room> (wss:// with a
+  # certificate), or "off". Each room is an IPX network of its own; bridge_room is this
+  # bridge's network, with its DOSBox clients, interface ports, peers and uplinks.
+  listen: "0.0.0.0:1900"
+  bridge_room: default
+  # PEM files for wss:// (reloaded on SIGHUP); both or neither. A page served over https
+  # may only open wss://.
+  certificate: ""
+  key: ""
+  # Origin headers allowed (the pages players load js-dos from), e.g.
+  # ["https://games.example.org"]; empty = any.
+  origins: []
+  # Reverse proxies (nginx, Caddy) whose X-Forwarded-For is believed, e.g. ["127.0.0.1/32"].
+  trusted_proxies: []
+  # Bounds: connections in all, rooms besides bridge_room (a room lasts while it has
+  # connections), connections per room and per client address.
+  max_connections: 512
+  max_rooms: 64
+  max_connections_per_room: 64
+  max_connections_per_address: 16
+  # Pings find dead connections (js-dos answers at once and sends none of its own).
+  ping_interval: 10
+  # Copies waiting toward one player, in bytes; past that they are dropped and counted,
+  # and a player behind for behind_seconds in a row is disconnected.
+  max_buffer: 262144
+  behind_seconds: 10
 http:
   # HTTP API (/api/sessions, health), or "off". Keep it on loopback unless you scrape it
   # from the LAN.
@@ -594,6 +622,64 @@ class RelaySection(_Model):
         return value
 
 
+def _proxy_network(value: object) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(str(value).strip(), strict=False)
+    except ValueError:
+        raise ValueError("not a network like 127.0.0.1/32 or ::1/128") from None
+
+
+ProxyNetwork = Annotated[
+    ipaddress.IPv4Network | ipaddress.IPv6Network, BeforeValidator(_proxy_network)
+]
+
+
+class WebSocketSection(_Model):
+    """The WebSocket listener for browser players (io/websocket.py)."""
+
+    listen: str = "0.0.0.0:1900"
+    bridge_room: str = "default"
+    certificate: str = ""
+    key: str = ""
+    origins: tuple[str, ...] = ()
+    trusted_proxies: tuple[ProxyNetwork, ...] = ()
+    max_connections: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 512
+    max_rooms: Annotated[int, Field(ge=0, le=65_536, strict=True)] = 64
+    max_connections_per_room: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 64
+    max_connections_per_address: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 16
+    ping_interval: Annotated[float, Field(ge=1, le=600, strict=True)] = 10.0
+    max_buffer: Annotated[int, Field(ge=4_096, le=64 << 20, strict=True)] = 262_144
+    behind_seconds: Annotated[float, Field(ge=1, le=3_600, strict=True)] = 10.0
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        try:
+            return _check_listen(value)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (expected ADDR:PORT or off)") from None
+
+    @field_validator("bridge_room")
+    @classmethod
+    def _room(cls, value: str) -> str:
+        if room_name(value) is None:
+            raise ValueError("a room name is 1-64 letters, digits, '_', '.', '~' or '-'")
+        return value
+
+    @field_validator("certificate", "key")
+    @classmethod
+    def _readable(cls, value: str) -> str:
+        if value and not os.access(value, os.R_OK):
+            raise ValueError(f"{value} cannot be read")
+        return value
+
+    @model_validator(mode="after")
+    def _pair(self) -> "WebSocketSection":
+        if bool(self.certificate) != bool(self.key):
+            raise ValueError("certificate and key go together (wss://), or neither (ws://)")
+        return self
+
+
 class HttpSection(_Model):
     """The HTTP endpoint: /metrics, health, the status page and the JSON API."""
 
@@ -626,6 +712,7 @@ class Config(_Model):
     ipx: IpxSection = IpxSection()
     relay: RelaySection = RelaySection()
     directplay: DirectPlaySection = DirectPlaySection()
+    websocket: WebSocketSection = WebSocketSection()
     http: HttpSection = HttpSection()
     logging: LoggingSection = LoggingSection()
 

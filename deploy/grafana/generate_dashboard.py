@@ -58,9 +58,13 @@ def rate(metric: str) -> str:
     return f"rate({sel(metric)}{RATE_INTERVAL})"
 
 
-def sum_rate(by: str, metric: str) -> str:
-    """Return ``rate(metric)`` summed by the comma-separated labels ``by``."""
-    return f"sum by ({by}) ({rate(metric)})"
+def sum_rate(by: str, metric: str, where: str = "") -> str:
+    """Return ``rate(metric)`` summed by the comma-separated labels ``by``.
+
+    ``where``: more label matchers, e.g. ``kind="websocket"``.
+    """
+    matchers = f"{SEL}, {where}" if where else SEL
+    return f"sum by ({by}) (rate({metric}{{{matchers}}}{RATE_INTERVAL}))"
 
 
 def quantile(q: float) -> str:
@@ -702,6 +706,88 @@ UPLINK_ROW: Final = (
     ),
 )
 
+BROWSER_ROW: Final = (
+    Panel(
+        title="Browser players",
+        description=(
+            "Open WebSocket connections of browser players (js-dos), in the bridge's own room"
+            " and in every other room, and the other rooms open; 0 listening means the"
+            " listener is off."
+        ),
+        unit="short",
+        width=6,
+        queries=(
+            Query(
+                f"sum by (instance, room) ({sel('ipxbridge_ws_connections')})",
+                "{{instance}} {{room}} room",
+            ),
+            Query(f"sum by (instance) ({sel('ipxbridge_ws_rooms')})", "{{instance}} other rooms"),
+            Query(
+                f"sum by (instance, scheme) ({sel('ipxbridge_ws_listening')})",
+                "{{instance}} listening ({{scheme}})",
+            ),
+        ),
+    ),
+    Panel(
+        title="Browser connections opened and closed",
+        description=(
+            "Connections opened per second, and closed by reason: behind means a player whose"
+            " copies overflowed for websocket.behind_seconds, ping_timeout one that vanished."
+        ),
+        unit="cps",
+        width=6,
+        queries=(
+            Query(sum_rate("instance", "ipxbridge_ws_connections_opened_total"), "{{instance}}"),
+            Query(
+                sum_rate("instance, reason", "ipxbridge_ws_connections_closed_total"),
+                "{{instance}} closed: {{reason}}",
+            ),
+        ),
+    ),
+    Panel(
+        title="Browser connections refused",
+        description=(
+            "Connections refused per second before the handshake, by reason: a room name, an"
+            " Origin or an address not allowed, or a bound (rooms, room, address, in all)."
+        ),
+        unit="cps",
+        width=6,
+        queries=(
+            Query(
+                sum_rate("instance, reason", "ipxbridge_ws_refused_total"),
+                "{{instance}} {{reason}}",
+            ),
+        ),
+    ),
+    Panel(
+        title="Browser messages and copies",
+        description=(
+            "IPX packets per second from browser players and copies sent to them, and the"
+            " copies dropped because a player's buffer was full (queue_full)."
+        ),
+        unit="pps",
+        width=6,
+        queries=(
+            Query(
+                sum_rate(
+                    "instance, interface",
+                    "ipxbridge_ipx_port_received_packets_total",
+                    'kind="websocket"',
+                ),
+                "{{instance}} {{interface}} in",
+            ),
+            Query(
+                sum_rate(
+                    "instance, interface",
+                    "ipxbridge_ipx_port_dropped_copies_total",
+                    'kind="websocket"',
+                ),
+                "{{instance}} {{interface}} dropped",
+            ),
+        ),
+    ),
+)
+
 RELAY_ROW: Final = (
     Panel(
         title="Relay flows (rewrite mode)",
@@ -834,7 +920,7 @@ def layout() -> list[Json]:
     rows: list[tuple[tuple[Panel, ...], int]] = [(STATUS_ROW, STAT_HEIGHT)]
     rows += [(row, PANEL_HEIGHT) for row in TRAFFIC_ROWS]
     rows += [(row, PANEL_HEIGHT) for row in PORT_ROWS]
-    rows += [(UPLINK_ROW, PANEL_HEIGHT)]
+    rows += [(UPLINK_ROW, PANEL_HEIGHT), (BROWSER_ROW, PANEL_HEIGHT)]
     rows += [(RELAY_ROW, PANEL_HEIGHT), (GAME_ROW, PANEL_HEIGHT), (PROCESS_ROW, PANEL_HEIGHT)]
     panels: list[Json] = []
     y = 0

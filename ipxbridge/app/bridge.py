@@ -6,6 +6,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from ipxbridge.app.directplay import DirectPlayService
 from ipxbridge.app.http import HttpService
@@ -14,6 +15,7 @@ from ipxbridge.app.relay import RelayService
 from ipxbridge.app.reload import keep_restart_only, restart_only_changes
 from ipxbridge.app.service import TICK_SECONDS, Health, Service
 from ipxbridge.app.status import StatusService
+from ipxbridge.app.websocket import WEBSOCKET_PORTS_OPEN, WebSocketService
 from ipxbridge.config import Config, ConfigError
 from ipxbridge.errors import StartupError
 from ipxbridge.obs.logging import setup_logging
@@ -35,8 +37,14 @@ class Bridge:
         self.ipx = IpxService(config, self.directplay.inspector)
         self.relay = RelayService(config, self.directplay.inspector)
         self.directplay.probe_ipx = self.ipx.probe
+        # Browser players: rooms, one of them the IPX service's own network.
+        self.websocket = WebSocketService(config, self.ipx, self.directplay.inspector)
         self.status = StatusService(
-            config, directplay=self.directplay, ipx=self.ipx, relay=self.relay
+            config,
+            directplay=self.directplay,
+            ipx=self.ipx,
+            relay=self.relay,
+            websocket=self.websocket,
         )
         self.http = HttpService(
             config,
@@ -54,6 +62,7 @@ class Bridge:
         self.services: tuple[Service, ...] = (
             self.relay,
             self.ipx,
+            self.websocket,
             self.http,
             self.directplay,
             self.status,
@@ -68,11 +77,16 @@ class Bridge:
             StartupError: nothing is configured to run, or a service cannot start.
         """
         cfg = self.config
-        idle = cfg.ipx.listen == "off" and cfg.directplay.probe_interval == 0
+        idle = (
+            cfg.ipx.listen == "off"
+            and cfg.websocket.listen == "off"
+            and cfg.directplay.probe_interval == 0
+        )
         if idle and not cfg.relay.interfaces:
             raise StartupError(
-                "nothing to run: the IPX tunnel is off (--ipx-listen off), "
-                "no relay interface is given (--iface) and probing is off"
+                "nothing to run: the IPX tunnel is off (--ipx-listen off), so is the "
+                "listener for browser players (--ws-listen off), no relay interface is given "
+                "(--iface) and probing is off"
             )
         self._loop = asyncio.get_running_loop()
         for service in self.services:
@@ -107,12 +121,17 @@ class Bridge:
 
     def snapshot(self) -> BridgeSnapshot:
         """Every service's numbers, for one /metrics scrape."""
+        ipx = self.ipx.snapshot()
+        websocket = self.websocket.snapshot()
+        if websocket.enabled:
+            ipx = replace(ipx, websocket_ports=WEBSOCKET_PORTS_OPEN)
         return BridgeSnapshot(
-            self.ipx.snapshot(),
+            ipx,
             self.relay.snapshot(),
             self.directplay.snapshot(),
             self.reload_ok,
             self.reload_success_at,
+            websocket,
         )
 
     def reload(self, load: Callable[[], Config]) -> None:

@@ -16,6 +16,7 @@ from ipxbridge import __version__
 from ipxbridge.app.directplay import DirectPlayService
 from ipxbridge.app.ipx import IpxService
 from ipxbridge.app.relay import RelayService
+from ipxbridge.app.websocket import WebSocketService
 from ipxbridge.config import Config
 from ipxbridge.io.segments import EthernetPort
 from ipxbridge.obs.history import ClientBooks, EventLog, Tracked, TrafficHistory
@@ -35,11 +36,11 @@ LEAVE_REASONS: Final = {
 }
 MAX_TAP: Final = 1024  # switch events buffered between two ticks (a burst is cut, not grown)
 DROPS_WINDOW: Final = 60.0  # "drops in the last minute"
-KIND_ORDER: Final = ("dosbox", "peer", "uplink", "ethernet", "ipxwrapper", "rfc1234")
+KIND_ORDER: Final = ("dosbox", "browser", "peer", "uplink", "ethernet", "ipxwrapper", "rfc1234")
 
 
 # The kinds whose packets are counted per address (clients and peers; not stations)
-_BOOKED: Final = frozenset(("dosbox", "peer"))
+_BOOKED: Final = frozenset(("dosbox", "browser", "peer"))
 
 
 def _ago(seconds: float) -> str:
@@ -70,11 +71,13 @@ class StatusService:
         directplay: DirectPlayService,
         ipx: IpxService,
         relay: RelayService,
+        websocket: WebSocketService | None = None,
     ) -> None:
         self.config = config
         self.directplay = directplay
         self.ipx = ipx
         self.relay = relay
+        self.websocket = websocket
         self.traffic = TrafficHistory()
         self.books = ClientBooks()
         self.events = EventLog()
@@ -113,6 +116,12 @@ class StatusService:
     # --- sampling --------------------------------------------------------------------------
 
     def _drain_tap(self) -> None:
+        if self.websocket is not None:
+            events, self.websocket.events = self.websocket.events, []
+            for why, addr, _room in events:
+                if why != "joined":
+                    ip, port = addr[0], addr[1] & 0xFFFF  # ports.connection_address
+                    self.books.note_reason(f"browser||{ip}:{port}", why)
         while self.tap:
             source, kind, addr = self.tap.popleft()
             reason = LEAVE_REASONS.get((source, kind))
@@ -124,6 +133,10 @@ class StatusService:
         rows = self.ipx.clients_json()
         endpoint = self.ipx.endpoint
         books: dict[str, tuple[int, int, int, int]] = {}
+        browsers: dict[str, tuple[int, int, int, int]] = {}
+        if self.websocket is not None:
+            rows += self.websocket.clients_json()
+            browsers = self.websocket.books()
         if endpoint is not None:
             endpoint.settle_books()  # copies owed to the clients' books (io/udp.py)
             switch = endpoint.switch
@@ -138,7 +151,9 @@ class StatusService:
         return [
             (
                 row,
-                books.get(row.get("address", "")) if row.get("kind") in _BOOKED else None,
+                (browsers if row.get("kind") == "browser" else books).get(row.get("address", ""))
+                if row.get("kind") in _BOOKED
+                else None,
             )
             for row in rows
         ]
@@ -292,7 +307,9 @@ class StatusService:
             "address": row.get("address"),
             "node": row.get("node"),
             "interface": row.get("interface"),
-            "detail": row.get("framing") or row.get("role") or None,
+            "detail": row.get("framing")
+            or row.get("role")
+            or (f"room {row['room']}" if row.get("room") else None),
             "connected_seconds": round((entry.gone_at or wall) - entry.first_seen, 1),
             "gone": entry.gone_at is not None,
         }

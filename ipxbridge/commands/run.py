@@ -25,8 +25,8 @@ from ipxbridge.obs.logging import setup_logging
 EXAMPLES = (
     (
         "ipxbridge run",
-        "the embedded defaults: IPX tunnel on udp 0.0.0.0:213, status page on "
-        "http://127.0.0.1:9213/",
+        "the embedded defaults: IPX tunnel on udp 0.0.0.0:213, browser players on "
+        "ws://0.0.0.0:1900/ipx/<room>, status page on http://127.0.0.1:9213/",
     ),
     (
         "ipxbridge run --ipx-listen 127.0.0.1:21300 --metrics-listen 127.0.0.1:9300",
@@ -109,6 +109,13 @@ def add_parser(sub: SubParsers) -> None:
         help="HTTP address of the status page, /metrics and the API (default 127.0.0.1:9213)",
     )
     run_parser.add_argument(
+        "--ws-listen",
+        type=listen_arg,
+        metavar="ADDR:PORT|off",
+        help="TCP address of the WebSocket listener for browser players (js-dos) "
+        "(default 0.0.0.0:1900)",
+    )
+    run_parser.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
         type=str.lower,
@@ -138,6 +145,8 @@ def flags(args: argparse.Namespace) -> dict[str, Any]:
         out.setdefault("directplay", {})["probe_interval"] = args.probe_interval
     if args.metrics_listen is not None:
         out.setdefault("http", {})["listen"] = args.metrics_listen
+    if args.ws_listen is not None:
+        out.setdefault("websocket", {})["listen"] = args.ws_listen
     if args.log_level is not None:
         out.setdefault("logging", {})["level"] = args.log_level
     if args.log_format is not None:

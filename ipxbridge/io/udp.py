@@ -34,6 +34,7 @@ from ipxbridge.obs.logging import RateLimiter
 from ipxbridge.policy.bridges import WATCH_WINDOW
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.pacing import TIMED, WAKEUP, ReadPacer
+from ipxbridge.policy.ports import is_connection
 from ipxbridge.policy.switch import Address, Decision, IpxSwitch, Outcome, Port, Segment
 from ipxbridge.wire.directplay import DPlayKind, classify
 from ipxbridge.wire.ipx import HEADER_LEN, SOCKET_DPLAY_DISCOVERY, IpxHeader, dosbox_node
@@ -101,7 +102,8 @@ def make_server_node_lookup(sock: socket.socket) -> Callable[[Address], bytes]:
         if local_ip == "0.0.0.0":
             probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             try:
-                probe.connect(addr)
+                # a WebSocket connection's address carries its TCP port above the UDP range
+                probe.connect((addr[0], addr[1] & 0xFFFF))
                 local_ip = probe.getsockname()[0]
             except OSError:
                 local_ip = "0.0.0.0"
@@ -118,7 +120,7 @@ class IpxEndpoint:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        sock: socket.socket,
+        sock: socket.socket | None,
         switch: IpxSwitch,
         counters: IpxCounters,
         inspector: Inspector | None = None,
@@ -126,7 +128,11 @@ class IpxEndpoint:
         latency: LatencyHistogram | None = None,
         coalesce: float = 0.0,
     ) -> None:
-        """``coalesce``: the interval of timed drains under load in seconds; 0: never."""
+        """``coalesce``: the interval of timed drains under load in seconds; 0: never.
+
+        Without ``sock`` it switches only what is handed to it: a room of browser players
+        (app/websocket.py), whose clients are all WebSocket connections.
+        """
         self._loop = loop
         self._sock = sock
         self.switch = switch
@@ -139,6 +145,12 @@ class IpxEndpoint:
         # Client uplinks (io/uplink.py): the switch targets the server's address, and the
         # copy goes out of that uplink's own socket (docs/protocols.md 3.9).
         self.uplink_links: dict[Address, Callable[[bytes], bool]] = {}
+        # Browser players (io/websocket.py): clients of the switch whose copies go out of
+        # their WebSocket; the callable says whether the copy was made (not dropped, full).
+        self.connections: dict[Address, Callable[[bytes], bool]] = {}
+        self.connection_label: tuple[str, str] = ("websocket", "bridge")
+        # Switch events of those clients (registered, left...): the rooms' to tell.
+        self.connection_events: Callable[[str, Address, bytes], None] | None = None
         self._event_log = RateLimiter(rate=2.0, burst=20)
         self._drop_log = RateLimiter(rate=5.0, burst=20)  # per-packet lines: debug only
         self._fault_log = RateLimiter(rate=1 / 60, burst=1)  # tracebacks: one a minute
@@ -151,8 +163,8 @@ class IpxEndpoint:
         # whether or not the log's rate limit lets them through; its owner drains it.
         self.event_tap: deque[tuple[str, str, Address]] | None = None
         # sendmmsg and recvmmsg when the probe found them, else sendto/recvfrom (io/mmsg.py)
-        self._sender = sender_for(sock)
-        self._receiver = receiver_for(sock)
+        self._sender = sender_for(sock) if sock is not None else None
+        self._receiver = receiver_for(sock) if sock is not None else None
         # Wake-up per datagram, or timed drains under load (policy/pacing.py)
         self.pacer = ReadPacer(coalesce)
         self._drain_timer: asyncio.TimerHandle | None = None
@@ -162,7 +174,7 @@ class IpxEndpoint:
     @property
     def address(self) -> Address:
         """The bound address."""
-        host, port = self._sock.getsockname()
+        host, port = self.sock.getsockname()
         return (host, port)
 
     def kernel_drops(self) -> int:
@@ -170,11 +182,12 @@ class IpxEndpoint:
 
         One getsockopt (SO_MEMINFO), cheap enough for every tick, where the log watches it.
         """
-        return socket_drop_count(self._sock)
+        return socket_drop_count(self._sock) if self._sock is not None else 0
 
     def start(self) -> None:
         """Begin reading (the owner calls ``tick`` once a second)."""
-        self._loop.add_reader(self._sock.fileno(), self._on_readable)
+        if self._sock is not None:
+            self._loop.add_reader(self.sock.fileno(), self._on_readable)
 
     def close(self) -> None:
         """Stop reading and close the socket."""
@@ -184,12 +197,14 @@ class IpxEndpoint:
         if self._watch_timer is not None:
             self._watch_timer.cancel()
             self._watch_timer = None
-        self._loop.remove_reader(self._sock.fileno())
-        self._sock.close()
+        if self._sock is not None:
+            self._loop.remove_reader(self.sock.fileno())
+            self._sock.close()
 
     @property
     def sock(self) -> socket.socket:
         """The tunnel's socket (RFC 1234 segments send through it)."""
+        assert self._sock is not None  # noqa: S101 - only a room has none, and no segment
         return self._sock
 
     def now(self) -> float:
@@ -212,10 +227,12 @@ class IpxEndpoint:
         peers = switch.peers
         uplinks = switch.uplinks
         links = self.uplink_links
+        conns = self.connections
         counters = self.counters
         client_of = switch.clients.get
-        if client_packet is None and not (peers or uplinks or links or switch.segments):
+        if client_packet is None and not (peers or uplinks or links or conns or switch.segments):
             # Only DOSBox clients can be targets: one batch, every copy a dosbox copy.
+            assert self._sender is not None  # noqa: S101 - a room always has connections
             refused = self._sender.send(packet, targets)  # type: ignore[arg-type]
             for _, code in refused:
                 counters.send_errors[(*_DOSBOX, errno_name(code))] += 1
@@ -248,12 +265,14 @@ class IpxEndpoint:
         clients = switch.clients if client_packet is not None else None
         main: list[Address] = []
         alt: list[Address] = []
-        to_uplinks = 0
+        to_uplinks = to_conns = 0
         for addr in targets:
             if isinstance(addr, Segment):
                 port = self.segments.get(addr)
                 if port is not None:
                     port.send(packet, packet[10:16])  # destination node, docs/protocols.md 3.1
+            elif conns and addr in conns:
+                to_conns += self._to_connection(conns[addr], addr, client_packet or packet)
             elif links and addr in links:
                 to_uplinks += links[addr](packet)  # a client uplink's own socket
             elif clients is not None and addr in clients:
@@ -261,8 +280,11 @@ class IpxEndpoint:
             else:
                 main.append(addr)
         sent = to_peers = 0
+        if to_conns:
+            counters.copies_sent += to_conns
+            counters.port_copies[self.connection_label] += to_conns
         for batch, payload in ((main, packet), (alt, client_packet)):
-            if not batch or payload is None:
+            if not batch or payload is None or self._sender is None:
                 continue
             refused = self._sender.send(payload, batch)
             failed = {index for index, _ in refused}
@@ -295,6 +317,21 @@ class IpxEndpoint:
             if to_peers:
                 counters.port_copies[_PEER] += to_peers
 
+    def _to_connection(self, send: Callable[[bytes], bool], addr: Address, payload: bytes) -> int:
+        """One copy to a browser player (io/websocket.py): 1 if made, else 0.
+
+        A copy not made is counted as ``queue_full``: its buffer was full, it reads too slowly.
+        """
+        if not send(payload):
+            self.counters.copies_dropped[(*self.connection_label, "queue_full")] += 1
+            return 0
+        size = len(payload)
+        self.counters.bytes_sent += size
+        if (client := self.switch.clients.get(addr)) is not None:  # its books (status page)
+            client.tx_packets += 1
+            client.tx_bytes += size
+        return 1
+
     def settle_books(self) -> None:
         """Add the copies owed to each client's books (``_send_many``); before reading them.
 
@@ -315,6 +352,7 @@ class IpxEndpoint:
         A short batch means the socket is empty: no further call to find that out. A read
         error (e.g. a queued ICMP error, no datagram of ours) is counted and ends the wake-up.
         """
+        assert self._receiver is not None  # noqa: S101 - only a socket is read
         recv = self._receiver.recv
         left = MAX_PER_WAKEUP
         while left > 0:
@@ -335,7 +373,7 @@ class IpxEndpoint:
         counters.read_datagrams[WAKEUP] += count
         if self.pacer.woken(count, self._loop.time()):
             # Heavy load: stop waiting on the socket, drain it on a timer (policy/pacing.py).
-            self._loop.remove_reader(self._sock.fileno())
+            self._loop.remove_reader(self.sock.fileno())
             self._drain_timer = self._loop.call_later(self.pacer.interval, self._on_timer)
 
     def _on_timer(self) -> None:
@@ -354,7 +392,7 @@ class IpxEndpoint:
             when = started if count >= MAX_PER_WAKEUP else started + self.pacer.interval
             self._drain_timer = loop.call_at(when, self._on_timer)
         else:
-            loop.add_reader(self._sock.fileno(), self._on_readable)
+            loop.add_reader(self.sock.fileno(), self._on_readable)
 
     def _drain(self) -> int:
         """Switch every datagram waiting (up to ``MAX_PER_WAKEUP``); returns how many."""
@@ -444,6 +482,25 @@ class IpxEndpoint:
             self._apply(decision, data, UPLINK_LABEL, server, now, 0.0)
         except Exception as exc:  # noqa: BLE001 - a bug must cost one packet, not the reader
             self.fault(UPLINK_LABEL, len(data), exc, booked=booked)
+
+    def ingest_connection(self, addr: Address, data: bytes) -> None:
+        """One message from a browser player's WebSocket (io/websocket.py), at ``addr``.
+
+        Switched and counted like a datagram from a DOSBox client.
+        """
+        label = self.connection_label
+        booked = False
+        try:
+            now = self._loop.time()
+            decision = self.switch.handle(data, addr, now)
+            counters = self.counters
+            counters.received += 1
+            counters.received_bytes += len(data)
+            counters.port_received[label] += 1
+            booked = True
+            self._apply(decision, data, label, addr, now, 0.0)
+        except Exception as exc:  # noqa: BLE001 - a bug must cost one packet, not the reader
+            self.fault(label, len(data), exc, booked=booked)
 
     def book_control(self, label: tuple[str, str], size: int) -> None:
         """A control datagram consumed outside the switch (a client uplink's handshake)."""
@@ -637,6 +694,11 @@ class IpxEndpoint:
                     logger.info("uplink client %s:%d %s", up.addr[0], up.addr[1], what)
         tap = self.event_tap
         for event in self.switch.pop_events():
+            if is_connection(event.addr):
+                # A browser player: the listener tells its joins and leaves (io/websocket.py)
+                if self.connection_events is not None:
+                    self.connection_events(event.kind, event.addr, event.node)
+                continue
             if tap is not None:
                 tap.append(("dosbox", event.kind, event.addr))
             if not self._event_log.allow(now):

@@ -197,7 +197,7 @@ class Tracked:
 def client_key(row: Mapping[str, Any]) -> str:
     """A stable identity for an ``/api/clients`` item: its kind, where, and which node."""
     kind = row.get("kind", "")
-    if kind in ("dosbox", "peer", "uplink"):
+    if kind in ("dosbox", "browser", "peer", "uplink"):
         return f"{kind}|{row.get('role', '')}|{row.get('address', '')}"
     return f"{kind}|{row.get('interface', '')}|{row.get('node', '')}"
 

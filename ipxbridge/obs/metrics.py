@@ -35,13 +35,15 @@ from ipxbridge.policy.pacing import READ_MODES
 from ipxbridge.policy.peers import HEARD_EVENTS
 from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
 from ipxbridge.policy.relay import RELAY_IO_DROP_REASONS, Egress
+from ipxbridge.policy.rooms import REFUSALS
 from ipxbridge.policy.switch import POLICY_DROP_REASONS, UNVERIFIED_KINDS
 from ipxbridge.policy.uplink import HANDSHAKE_OUTCOMES, UPLINK_DROP_REASONS, ClientState
 from ipxbridge.wire.errors import WIRE_REASONS
+from ipxbridge.wire.websocket import CLOSE_REASONS, WEBSOCKET_DROP_REASONS
 
 IPX_DROP_REASONS: Final = frozenset(
     r
-    for r in (*WIRE_REASONS, *POLICY_DROP_REASONS, *UPLINK_DROP_REASONS)
+    for r in (*WIRE_REASONS, *POLICY_DROP_REASONS, *UPLINK_DROP_REASONS, *WEBSOCKET_DROP_REASONS)
     if not r.startswith(("dplay", "not_dplay"))
 )
 # ipxbridge_uplinks{role,state}: every pair exported, at 0 when there is none.
@@ -56,7 +58,14 @@ TUNNEL_PORTS: Final = (("dosbox", TUNNEL), ("peer", TUNNEL), ("uplink", TUNNEL))
 # The ``kind`` of a relay port: its ``interface`` is the OS interface (docs/metrics.md).
 RELAY_KIND: Final = "relay"
 # Why a port could not carry a copy (io/segments.py, io/udp.py), each exported from 0.
-PORT_COPY_DROP_REASONS: Final = ("frame_too_large", "internal_error", "unproven_host")
+PORT_COPY_DROP_REASONS: Final = (
+    "frame_too_large",
+    "internal_error",
+    "queue_full",  # a browser player's buffer was full (io/websocket.py)
+    "unproven_host",
+)
+# The browser players' ports (app/websocket.py): the bridge's room, and all others together.
+WEBSOCKET_PORTS: Final = (("websocket", "bridge"), ("websocket", "rooms"))
 # Outcomes every port exports from 0; drop reasons appear per port as they happen.
 PORT_OUTCOMES: Final = (("control", ""), ("forwarded", ""))
 
@@ -119,6 +128,21 @@ class IpxSnapshot:
     # Broadcasts left to another bridge on a segment, by outcome (policy/bridges.py
     # WATCH_OUTCOMES): its copy seen there, missing (sent from here), or the watch full.
     delegated: dict[str, int] = field(default_factory=dict)
+    # The browser players' ports while the WebSocket listener runs (WEBSOCKET_PORTS).
+    websocket_ports: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WebSocketSnapshot:
+    """The listener's numbers for /metrics (``ipxbridge_ws_*``, docs/metrics.md)."""
+
+    enabled: bool = False
+    tls: bool = False
+    connections: dict[str, int] = field(default_factory=dict)  # "bridge" | "other" -> open
+    rooms: int = 0  # open rooms besides the bridge's
+    opened: int = 0
+    closed: dict[str, int] = field(default_factory=dict)
+    refused: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +164,7 @@ class BridgeSnapshot:
     directplay: DirectPlaySnapshot = field(default_factory=DirectPlaySnapshot)
     reload_ok: bool = True
     reload_success_at: float = 0.0
+    websocket: WebSocketSnapshot = field(default_factory=WebSocketSnapshot)
 
 
 class BridgeCollector(Collector):
@@ -380,6 +405,7 @@ class BridgeCollector(Collector):
         peers.add_metric([], ipx_state.peers)
         yield peers
         yield from _ipx_port_metrics(ipx_state)
+        yield from websocket_metrics(src.websocket)
 
         messages = CounterMetricFamily(
             "ipxbridge_directplay_messages",
@@ -483,10 +509,11 @@ def make_registry(snapshot: Callable[[], BridgeSnapshot]) -> CollectorRegistry:
 
 def _ipx_ports(state: IpxSnapshot) -> tuple[tuple[str, str], ...]:
     """Every IPX port known now: the tunnel's two, and each interface port, open or not."""
+    ws = state.websocket_ports
     if not state.enabled:
-        return ()
+        return ws
     interface_ports = tuple((kind, iface) for kind, iface, _, _ in state.ports)
-    return (*TUNNEL_PORTS, *interface_ports, *state.ports_down)
+    return (*TUNNEL_PORTS, *interface_ports, *state.ports_down, *ws)
 
 
 def _relay_ports(state: RelaySnapshot) -> tuple[tuple[str, str], ...]:
@@ -578,8 +605,9 @@ def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
     yield read_datagrams
     up = GaugeMetricFamily(
         "ipxbridge_ipx_port_up",
-        "1 for an open port (the tunnel's two while the IPX path runs), 0 for an interface"
-        " port selected that could not be opened.",
+        "1 for an open port (the tunnel's two while the IPX path runs, the browser players'"
+        " two while the WebSocket listener runs), 0 for an interface port selected that could"
+        " not be opened.",
         labels=["kind", "interface"],
     )
     stations = GaugeMetricFamily(
@@ -601,6 +629,8 @@ def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
         bridges.add_metric([kind, iface], n_bridges)
     for kind, iface in state.ports_down:
         up.add_metric([kind, iface], 0)
+    for kind, iface in state.websocket_ports:  # while the listener runs
+        up.add_metric([kind, iface], 1)
     yield up
     yield stations
     yield bridges
@@ -638,3 +668,54 @@ def _uplink_metrics(state: IpxSnapshot) -> Iterator[Metric]:
     for what in ("ipxbox_mark", "checksum_zero", "padding"):
         normalised.add_metric([what], state.uplink_normalised.get(what, 0))
     yield normalised
+
+
+def websocket_metrics(state: WebSocketSnapshot) -> Iterator[Metric]:
+    """The WebSocket listener for browser players (io/websocket.py).
+
+    Their packets are in the IPX families, under kind ``websocket``.
+    """
+    up = GaugeMetricFamily(
+        "ipxbridge_ws_listening",
+        "1 while the WebSocket listener for browser players (js-dos) runs, by scheme.",
+        labels=["scheme"],
+    )
+    if state.enabled:
+        up.add_metric(["wss" if state.tls else "ws"], 1)
+    yield up
+    conns = GaugeMetricFamily(
+        "ipxbridge_ws_connections",
+        "Open WebSocket connections of browser players, by room (bridge: the bridge's own"
+        " IPX network; other: every other room).",
+        labels=["room"],
+    )
+    for room in ("bridge", "other"):
+        conns.add_metric([room], state.connections.get(room, 0))
+    yield conns
+    yield GaugeMetricFamily(
+        "ipxbridge_ws_rooms",
+        "Rooms open besides the bridge's (a room lasts while it has connections).",
+        value=state.rooms,
+    )
+    opened = CounterMetricFamily(
+        "ipxbridge_ws_connections_opened", "WebSocket connections accepted."
+    )
+    opened.add_metric([], state.opened)
+    yield opened
+    closed = CounterMetricFamily(
+        "ipxbridge_ws_connections_closed",
+        "WebSocket connections ended, by reason (client, ping_timeout, behind: its copies"
+        " overflowed for websocket.behind_seconds, not_allowed, shutdown, error).",
+        labels=["reason"],
+    )
+    for reason in CLOSE_REASONS:
+        closed.add_metric([reason], state.closed.get(reason, 0))
+    yield closed
+    refused = CounterMetricFamily(
+        "ipxbridge_ws_refused",
+        "WebSocket connections refused before the handshake, by reason.",
+        labels=["reason"],
+    )
+    for reason in REFUSALS:
+        refused.add_metric([reason], state.refused.get(reason, 0))
+    yield refused

@@ -195,13 +195,14 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from hashlib import sha256
 from ipaddress import IPv4Address, IPv4Network
 from typing import Final, Literal, NamedTuple
 
 from ipxbridge.policy.bridges import DeliveryWatch, SegmentBridges
 from ipxbridge.policy.budget import ReflectionLimit
 from ipxbridge.policy.dedup import DuplicateFilter
-from ipxbridge.policy.ports import Address, Port, PortKind, Segment
+from ipxbridge.policy.ports import Address, Port, PortKind, Segment, is_connection
 from ipxbridge.policy.tables import EgressGuard, ProvenTable
 from ipxbridge.policy.uplink import UplinkServer
 from ipxbridge.wire.errors import WireError
@@ -210,6 +211,7 @@ from ipxbridge.wire.ipx import (
     BROADCAST_NODE,
     DEFAULT_FILTERED_SOCKETS,
     HEADER_LEN,
+    KEYED_NODE_PREFIX,
     MAX_HOPS,
     SOCKET_BEACON,
     ZERO_NET,
@@ -396,7 +398,10 @@ class SwitchSettings:
         """May a DOSBox-protocol client at ``ip`` register (``clients_allow``)?"""
         if not self.clients_allow:
             return True
-        address = IPv4Address(ip)
+        try:
+            address = IPv4Address(ip)
+        except ValueError:  # an IPv6 browser player (io/websocket.py): no IPv4 list names it
+            return False
         return any(address in net for net in self.clients_allow)
 
 
@@ -426,8 +431,17 @@ def broadcast_from(src_node: bytes, dst_socket: int, src_socket: int, payload: b
 
 
 def address_node(addr: Address) -> bytes:
-    """The DOSBox convention (``node_assignment: address``): IPv4 address + UDP port."""
-    return dosbox_node(addr[0], addr[1])
+    """The DOSBox convention (``node_assignment: address``): IPv4 address + UDP port.
+
+    A WebSocket connection's address carries its TCP port above the UDP range
+    (``ports.CONNECTION_PORT_BASE``): its node is the IPv4 address and the TCP port, as the
+    reference js-dos server gives (docs/protocols.md 3.10). An IPv6 player's has no IPv4
+    address: 02 and a hash of its address and port, as predictable as the convention.
+    """
+    ip, port = addr[0], addr[1] & 0xFFFF
+    if ":" in ip:
+        return KEYED_NODE_PREFIX + sha256(f"{ip}:{port}".encode()).digest()[:5]
+    return dosbox_node(ip, port)
 
 
 def keyed_nodes(key: bytes) -> Callable[[Address], bytes]:
@@ -535,6 +549,8 @@ class IpxSwitch:
         # Set by the I/O layer: the box's own IPv4 addresses (its broadcasts to an RFC 1234
         # segment come back to its socket) and the RFC 1234 segment a UDP source is on.
         self.own_ips: frozenset[str] = frozenset()
+        # WebSocket connections (``connect``): addresses proven by their transport.
+        self.connected: set[Address] = set()
         self.udp_segment_for: Callable[[str], Segment | None] = lambda _ip: None
         ticks = itertools.count(1)
         # Rule 8: what is left to another bridge is watched for (policy/bridges.py).
@@ -694,9 +710,29 @@ class IpxSwitch:
             self._peer_targets[key] = targets
         return targets
 
+    def connect(self, addr: Address) -> None:
+        """A WebSocket connection opened from ``addr`` (``ports.connection_address``).
+
+        Its address is proven by the TCP handshake, so it registers verified, outside the
+        reflection limit, and stays while the connection is open: the listener's pings tell
+        whether it is alive (rule 2's keepalives and idle expiry are for UDP clients).
+        """
+        self.connected.add(addr)
+
+    def disconnect(self, addr: Address) -> None:
+        """The connection from ``addr`` closed: its client leaves."""
+        self.connected.discard(addr)
+        self.remove_client(addr, "left")
+
     def _register(self, addr: Address, now: float) -> Decision:
         client = self.clients.get(addr)
         reflection = self.reflection
+        if client is None and addr in self.connected:
+            proven = self._admit(addr, self.node_for(addr), now, "registered", verified=True)
+            if isinstance(proven, str):
+                return _drop(proven)
+            reply = build_registration_reply(proven.node, proven.server_node)
+            return Decision(Outcome.CONTROL, "registration", replies=((reply, addr),))
         if client is not None:
             # Idempotent: same node, the reply is simply sent again (the first may be lost),
             # within the reflection limit while the address is unproven (rule 2).
@@ -904,6 +940,8 @@ class IpxSwitch:
             return _drop(refused)
         if header.is_registration:
             return self._register(src, now)
+        if is_connection(src):
+            return _drop("unregistered")  # a connection registers first; no segment is behind it
         if self.settings.rejoin and header.src_node == self.node_for(src):
             return self._rejoin(src, header, data, now)
         if src[0] in self.own_ips:
@@ -1308,7 +1346,10 @@ class IpxSwitch:
             for addr in expired:
                 self.remove_uplink(addr)
         first_probe = min(FIRST_PROBE_DELAY, cfg.keepalive_interval)
+        connected = self.connected
         for client in list(self.clients.values()):
+            if connected and client.addr in connected:
+                continue  # a WebSocket connection: alive while it is open (``connect``)
             silent = now - client.last_seen
             if silent >= cfg.idle_timeout:
                 self.remove_client(client.addr, "expired")

@@ -471,7 +471,7 @@ def test_port_in_use_is_one_clear_line() -> None:
 
 
 def test_nothing_to_run() -> None:
-    res = run_cli("run", "--ipx-listen", "off")
+    res = run_cli("run", "--ipx-listen", "off", "--ws-listen", "off")
     assert res.returncode == 2
     assert "nothing to run" in res.stderr
 
