@@ -27,12 +27,16 @@ die() {
 # test_container.py; there is no Docker engine or registry, docker-compose talks to podman);
 # python3-venv so Debian's and Ubuntu's python3 can make the virtual environment; nasm
 # assembles the DOS programs the DOSBox listener tests run (tests/integration/dos/); gcc and
-# python3-dev let setup.py compile ipxbridge/wire and ipxbridge/policy with mypyc.
+# python3-dev let setup.py compile ipxbridge/wire and ipxbridge/policy with mypyc; nginx
+# (nginx-light) is the reverse proxy in front of the browser players' listener, and npm
+# installs js-dos's emulator for the browser tests (tests/integration/jsdos/).
 APT_PACKAGES=(
     dosbox iproute2 util-linux tshark tcpdump wireguard-go wireguard-tools nftables
     prometheus chromium docker-compose shellcheck systemd podman buildah runc debootstrap
-    python3-venv nasm openvpn tinc nebula openssl gcc python3-dev
+    python3-venv nasm openvpn tinc nebula openssl gcc python3-dev nginx-light
 )
+# Node.js and npm only where they are missing: a machine may have its own (not Debian's).
+command -v npm >/dev/null || APT_PACKAGES+=(nodejs npm)
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 
@@ -61,6 +65,16 @@ if [ ${#missing[@]} -gt 0 ]; then
     else
         echo "==> not root: cannot install ${missing[*]}; integration tests will skip" >&2
     fi
+fi
+
+# js-dos's own emulator (npm "emulators", pinned with its hash in package-lock.json), which the
+# browser tests run in Chromium; installed again only when the lock file changed.
+JSDOS=tests/integration/jsdos
+if ! cmp -s "$JSDOS/package-lock.json" "$JSDOS/node_modules/.installed-lock.json" 2>/dev/null; then
+    echo "==> npm ci --prefix $JSDOS"
+    npm ci --prefix "$JSDOS" --no-audit --no-fund --loglevel=error \
+        || die "npm ci --prefix $JSDOS (js-dos's emulator for the browser tests)"
+    cp "$JSDOS/package-lock.json" "$JSDOS/node_modules/.installed-lock.json"
 fi
 
 command -v "$PYTHON" >/dev/null || die "no $PYTHON on PATH (set PYTHON=/path/to/python3)"

@@ -54,6 +54,7 @@ class Bridge:
             ipx=self.ipx,
             relay=self.relay,
             status=self.status,
+            websocket=self.websocket,
         )
         # Start order. The relay goes first: it removes a table an earlier run left in the
         # kernel before any service says the bridge is up (docs/reliability.md R18). Stopped in

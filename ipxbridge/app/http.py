@@ -15,6 +15,7 @@ from ipxbridge.app.ipx import IpxService
 from ipxbridge.app.relay import RelayService
 from ipxbridge.app.service import Health
 from ipxbridge.app.status import StatusService, ipx_port_rows
+from ipxbridge.app.websocket import WebSocketService
 from ipxbridge.config import Config, parse_host_port
 from ipxbridge.errors import StartupError
 from ipxbridge.obs.http import METRICS_PATH, HttpServer, Response, Route, text
@@ -90,8 +91,10 @@ class HttpService:
         ipx: IpxService,
         relay: RelayService,
         status: StatusService,
+        websocket: WebSocketService | None = None,
     ) -> None:
         self.config = config
+        self.websocket = websocket
         self.status = status
         self.health = health
         self.registry = registry
@@ -111,7 +114,7 @@ class HttpService:
         self.server = HttpServer(
             {
                 "/api/sessions": lambda _q: json_response(self.directplay.sessions_json()),
-                "/api/clients": lambda _q: json_response(self.ipx.clients_json()),
+                "/api/clients": lambda _q: json_response(self.clients_json()),
                 "/api/interfaces": lambda _q: json_response(self.relay.interfaces_json()),
                 "/-/healthy": lambda _q: self._healthy(),
                 "/-/ready": lambda _q: (
@@ -168,6 +171,11 @@ class HttpService:
         """The IPX service's interface ports as the status page lists them."""
         return self.status.ipx_port_rows()
 
+    def clients_json(self) -> list[dict[str, Any]]:
+        """IPX clients, peers, uplinks and stations, then browser players."""
+        browsers = self.websocket.clients_json() if self.websocket is not None else []
+        return self.ipx.clients_json() + browsers
+
     def status_data(self) -> dict[str, Any]:
         """Everything the status page shows."""
         ipx = self.ipx.counters
@@ -177,7 +185,7 @@ class HttpService:
             "version": __version__,
             "uptime": time.time() - self.started_at,
             "ipx_listen": self.config.ipx.listen,
-            "clients": self.ipx.clients_json(),
+            "clients": self.clients_json(),
             "ipx_ports": self.ipx_ports(),
             "ipx_ports_configured": bool(self.config.ipx.interfaces),
             "sessions": self.directplay.sessions_json(),

@@ -41,6 +41,7 @@ from ipxbridge.policy.ipx_ports import (
     SourceIndex,
     plan_ports,
 )
+from ipxbridge.policy.ports import is_connection
 from ipxbridge.policy.relay import wireguard_reads
 from ipxbridge.policy.switch import (
     Address,
@@ -633,6 +634,7 @@ class IpxService:
                 "verified": c.verified,
             }
             for c in sw.clients.values()
+            if not is_connection(c.addr)  # browser players: app/websocket.py lists them
         ]
         out += [
             {"kind": "peer", "address": f"{p.addr[0]}:{p.addr[1]}", "node": p.node.hex(":")}
