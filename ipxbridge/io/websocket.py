@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import socket
 import ssl
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -48,6 +49,7 @@ logger = logging.getLogger(__name__)
 # junk meets it. Between DOSBOX_MAX_PACKET and this, a message is dropped as too_large.
 MAX_MESSAGE: Final = 1 << 16
 PATH: Final = "/ipx/{room}"
+KERNEL_SEND_BUFFER: Final = 65_536
 
 
 @dataclass(frozen=True)
@@ -336,6 +338,7 @@ class WebSocketListener:
         conn: Connection | None = None
         try:
             await ws.prepare(request)
+            _bound_kernel_buffer(transport)
             conn = Connection(ws, transport, (ip, int(peername[1])), room)
             self.connections[conn.addr] = conn
             self.opened += 1
@@ -364,6 +367,20 @@ class WebSocketListener:
                 rooms.reject(conn, len(msg.data), "text_frame")
             elif msg.type is WSMsgType.ERROR:
                 break
+
+
+def _bound_kernel_buffer(transport: asyncio.BaseTransport) -> None:
+    """Hold the kernel's send buffer of a connection to ``KERNEL_SEND_BUFFER``.
+
+    Left to autotuning it grows to ``tcp_wmem``'s maximum (4 MiB by default) toward a player
+    who stopped reading, before ``max_buffer`` even starts to count: per connection, that is
+    kernel memory a stranger holds. 64 KiB (the kernel doubles it) carries what a LAN game
+    sends to one player over a 200 ms path.
+    """
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, KERNEL_SEND_BUFFER)
 
 
 def _why_closed(ws: web.WebSocketResponse) -> str:
