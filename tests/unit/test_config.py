@@ -511,3 +511,51 @@ def test_the_embedded_yaml_and_the_model_give_every_default_alike() -> None:
     assert differ == {}
     unshown = {(s, k) for s in model for k in model[s] if k not in (shown.get(s) or {})}
     assert unshown == NOT_IN_EMBEDDED_YAML
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "websocket:\n  listen: 'example.org:1900'\n",
+            ["2: websocket.listen: Expected 4 octets in 'example.org' (expected ADDR:PORT or off)"],
+        ),
+        (
+            "websocket:\n  bridge_room: 'my room'\n",
+            ["2: websocket.bridge_room: a room name is 1-64 letters"],
+        ),
+        (
+            "websocket:\n  certificate: /nonexistent/cert.pem\n  key: /nonexistent/key.pem\n",
+            [
+                "2: websocket.certificate: /nonexistent/cert.pem cannot be read",
+                "3: websocket.key: /nonexistent/key.pem cannot be read",
+            ],
+        ),
+        (
+            "websocket:\n  trusted_proxies: [nginx]\n",
+            ["2: websocket.trusted_proxies.0: not a network like 127.0.0.1/32"],
+        ),
+        ("websocket:\n  max_buffer: 10\n", ["2: websocket.max_buffer: Input should be greater"]),
+    ],
+)
+def test_websocket_errors_name_file_line_and_key(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
+    path = tmp_path / "ws.yaml"
+    errors = sorted(errors_in(path, text), key=lambda e: int(e.split(":")[1]))
+    assert len(errors) == len(expected), errors
+    for line, want in zip(errors, expected, strict=True):
+        assert line.startswith(f"{path}:{want}"), (line, want)
+
+
+def test_websocket_certificate_without_key_is_refused(tmp_path: Path) -> None:
+    cert = tmp_path / "cert.pem"
+    cert.write_text("not checked until the bridge starts\n")
+    errors = errors_in(tmp_path / "ws.yaml", f"websocket:\n  certificate: {cert}\n")
+    assert len(errors) == 1
+    assert "certificate and key go together" in errors[0]
+
+
+def test_ws_listen_off_on_the_command_line() -> None:
+    assert load_config(None, {}, flags={"websocket": {"listen": "off"}}).websocket.listen == "off"
+    assert load_config(None, {}).websocket.listen == "0.0.0.0:1900"
