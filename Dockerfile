@@ -89,8 +89,9 @@ COPY --chmod=0755 deploy/docker/entrypoint.sh /usr/local/bin/ipxbridge-entrypoin
 COPY --chmod=0644 deploy/docker/healthcheck.py /usr/local/lib/ipxbridge/healthcheck.py
 # Documentation only: with --network host these are the host's ports and -p is ignored.
 # 213/udp: IPX tunnel; 9213/tcp: HTTP API, metrics and health (127.0.0.1 by default);
-# 47624/udp and 6073/udp: the DirectPlay 4/8 discovery broadcasts the relay fans out.
-EXPOSE 213/udp 9213/tcp 47624/udp 6073/udp
+# 1900/tcp: browser players (js-dos over a WebSocket); 47624/udp and 6073/udp: the
+# DirectPlay 4/8 discovery broadcasts the relay fans out.
+EXPOSE 213/udp 9213/tcp 1900/tcp 47624/udp 6073/udp
 # The node key (ipx.node_key_file): the bridge creates it on first start and needs it again
 # after a restart or an upgrade, so clients keep their nodes. A volume is writable under
 # --read-only; name it (docker run -v ipxbridge-state:/var/lib/ipxbridge) so it outlives the

@@ -185,9 +185,10 @@ def test_entrypoint_cmd_and_default_config() -> None:
 def test_exposed_ports_are_the_apps_defaults() -> None:
     exposed = set(" ".join(args_of("EXPOSE")).split())
     http_port = parse_host_port(Config().http.listen).port
-    expected = {f"{DEFAULT_IPX_PORT}/udp", f"{http_port}/tcp"}
+    ws_port = parse_host_port(Config().websocket.listen).port
+    expected = {f"{DEFAULT_IPX_PORT}/udp", f"{http_port}/tcp", f"{ws_port}/tcp"}
     expected |= {f"{p}/udp" for p in Config().relay.ports}
-    assert exposed == expected == {"213/udp", "9213/tcp", "47624/udp", "6073/udp"}
+    assert exposed == expected == {"213/udp", "9213/tcp", "1900/tcp", "47624/udp", "6073/udp"}
 
 
 def load_healthcheck_url() -> str:
