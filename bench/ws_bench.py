@@ -43,8 +43,8 @@ The reference, pinned to one CPU, runs with GOMAXPROCS 1. It writes each copy fr
 sender's own goroutine with no lock, which gorilla/websocket forbids: when two senders write
 to one connection at once it panics ("concurrent write to websocket connection"), net/http
 recovers, and that sender's connection stays open but is never read again. Its delivery
-therefore varies from round to round (more on more cores); the notes under the table count
-the panics in its log.
+therefore varies from round to round (it panics sooner given more cores); the notes under
+the table count the panics in its log.
 
 The bridge's configuration is written by ``bridge_config`` (one place, to follow its schema);
 ``--bridge-cmd`` is a template with ``{config}`` (that file), ``{port}`` (the WebSocket port)
@@ -814,7 +814,9 @@ def broadcast_run(loop: Loop, target: Target, sources: Sequence[str], spec: Load
         ),
         "gen_cpu_per_s": round(window.gen_cpu / span, 4) if span else None,
         "steal_s": round(window.steal, 3) if span else None,
-        # Busy CPU time of the machine beyond the server's and the generator's: other work.
+        # Busy CPU time of the machine beyond the server's and the generator's: other work, and
+        # softirq time of the bench's own traffic not charged to either (about 1 s per 10 s
+        # at 16 x 250/s on an otherwise idle machine); a rough gauge of contention only.
         "other_cpu_s": (
             round(window.busy - window.server_cpu - window.gen_cpu, 3) if span else None
         ),
