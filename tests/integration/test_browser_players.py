@@ -58,10 +58,13 @@ class Party:
         return f"{self.net.prefix}_{short}"
 
 
-def make_tls(workdir: Path, ip: str) -> tuple[Path, Path, Path]:
-    """A CA and a server certificate for ``ip`` signed by it: (chain, key, ca)."""
+def make_tls(workdir: Path, ip: str, name: str = "") -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for ``ip`` signed by it: (chain, key, ca).
+
+    ``name``: the certificate's common name (``ip`` by default).
+    """
     tls = workdir / "tls"
-    tls.mkdir()
+    tls.mkdir(parents=True)
 
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=tls, check=True, capture_output=True, timeout=60)
@@ -71,7 +74,7 @@ def make_tls(workdir: Path, ip: str) -> tuple[Path, Path, Path]:
         "-keyout", "ca.key", "-out", "ca.pem",
     )  # fmt: skip
     openssl(
-        "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={ip}",
+        "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name or ip}",
         "-keyout", "server.key", "-out", "server.csr",
     )  # fmt: skip
     (tls / "ext.cnf").write_text(f"subjectAltName=IP:{ip}\n")

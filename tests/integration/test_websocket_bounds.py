@@ -12,7 +12,9 @@ import base64
 import json
 import os
 import re
+import signal
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -26,6 +28,7 @@ from typing import Any
 import aiohttp
 
 from tests.integration.harness import ROOT, STARTED, LoggedProcess
+from tests.integration.test_browser_players import make_tls
 
 HEADER = struct.Struct("!HHBB4s6sH4s6sH")
 REGISTRATION = HEADER.pack(0xFFFF, 30, 0, 0, bytes(4), bytes(6), 2, bytes(4), bytes(6), 2)
@@ -338,3 +341,51 @@ def test_forwarded_for_is_believed_only_from_a_listed_proxy(workdir: Path) -> No
 
         addresses = sorted(c["address"].split(":")[0] for c in asyncio.run(scenario()))
     assert addresses == ["127.0.0.8", "198.51.100.7"]
+
+
+def _served_certificate(port: int, ca: Path) -> str:
+    """The subject of the certificate a ``wss://`` handshake on ``port`` presents."""
+    context = ssl.create_default_context(cafile=str(ca))
+    context.check_hostname = False
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw) as tls,
+    ):
+        cert = tls.getpeercert()
+    assert cert is not None
+    names = [value for rdn in cert["subject"] for key, value in rdn if key == "commonName"]
+    return str(names[0])
+
+
+def test_wss_certificate_is_reloaded_on_sighup(workdir: Path) -> None:
+    """``websocket.certificate`` and ``key``: new handshakes get the renewed pair after
+    SIGHUP, a player connected before keeps playing; a broken pair leaves the old one."""
+    chain, key, ca = make_tls(workdir, "127.0.0.1")
+    with running(workdir, certificate=str(chain), key=str(key)) as bridge:
+        assert _served_certificate(bridge.ws_port, ca) == "127.0.0.1"
+
+        async def before_and_after() -> bytes:
+            context = ssl.create_default_context(cafile=str(ca))
+            async with (
+                aiohttp.ClientSession() as session,
+                session.ws_connect(bridge.url("default").replace("ws:", "wss:"), ssl=context) as ws,
+            ):
+                await ws.send_bytes(REGISTRATION)
+                reply = await asyncio.wait_for(ws.receive(), 5)
+                renewed = make_tls(workdir / "renewed", "127.0.0.1", name="renewed")
+                chain.write_bytes(renewed[0].read_bytes())
+                key.write_bytes(renewed[1].read_bytes())
+                ca.write_bytes(renewed[2].read_bytes())  # whom the next handshake trusts
+                bridge.proc.send_signal(signal.SIGHUP)
+                bridge.wait_for(r"websocket TLS: certificate .* loaded", 10)
+                await ws.send_bytes(REGISTRATION)  # registered again: answered as before
+                again = await asyncio.wait_for(ws.receive(), 5)
+                assert again.data == reply.data
+                return bytes(reply.data)
+
+        assert len(asyncio.run(before_and_after())) == 30
+        assert _served_certificate(bridge.ws_port, ca) == "renewed"
+        key.write_text("not a key\n")
+        bridge.proc.send_signal(signal.SIGHUP)
+        bridge.wait_for(r"the old certificate stays", 10)
+        assert _served_certificate(bridge.ws_port, ca) == "renewed"
