@@ -353,7 +353,7 @@ def _served_certificate(port: int, ca: Path) -> str:
     ):
         cert = tls.getpeercert()
     assert cert is not None
-    names = [value for rdn in cert["subject"] for key, value in rdn if key == "commonName"]
+    names = [pair[1] for rdn in cert["subject"] for pair in rdn if pair[0] == "commonName"]
     return str(names[0])
 
 
