@@ -149,6 +149,8 @@ class WebSocketService:
                 old.listen,
             )
         listener.settings = listener_settings(config)  # the address stays as it is bound
+        for conn in listener.connections.values():
+            conn.max_buffer = listener.settings.max_buffer
         self.table.limits = room_limits(config)
         if listener.ssl_context is not None and ws.certificate:
             try:
@@ -177,20 +179,10 @@ class WebSocketService:
         """Room bounds (``policy/rooms.RoomTable``)."""
         return self.table.admit(room, ip)
 
-    def release(self, room: str, ip: str) -> None:
-        """An admitted connection that never joined."""
-        if self.table.release(room, ip):
-            self._close_room(room)
-
     def join(self, conn: Connection) -> None:
         """``conn`` becomes a client of its room's switch (it registers next)."""
         endpoint = self._endpoint(conn.room)
-        max_buffer = self.listener.settings.max_buffer if self.listener is not None else 0
-
-        def send(packet: bytes) -> bool:
-            return conn.send(packet, max_buffer)
-
-        endpoint.connections[conn.addr] = send
+        endpoint.connections[conn.addr] = conn.send
         endpoint.switch.connect(conn.addr)
         self._say("browser player %s connected", conn)
 

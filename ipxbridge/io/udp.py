@@ -39,6 +39,7 @@ from ipxbridge.policy.switch import Address, Decision, IpxSwitch, Outcome, Port,
 from ipxbridge.wire.directplay import DPlayKind, classify
 from ipxbridge.wire.ipx import HEADER_LEN, SOCKET_DPLAY_DISCOVERY, IpxHeader, dosbox_node
 from ipxbridge.wire.uplink import UPLINK_NODE
+from ipxbridge.wire.websocket import binary_frame
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +147,8 @@ class IpxEndpoint:
         # copy goes out of that uplink's own socket (docs/protocols.md 3.9).
         self.uplink_links: dict[Address, Callable[[bytes], bool]] = {}
         # Browser players (io/websocket.py): clients of the switch whose copies go out of
-        # their WebSocket; the callable says whether the copy was made (not dropped, full).
+        # their WebSocket. The callable takes the copy as a frame (wire/websocket.py) and
+        # says whether it was made (not dropped: its buffer full).
         self.connections: dict[Address, Callable[[bytes], bool]] = {}
         self.connection_label: tuple[str, str] = ("websocket", "bridge")
         # Switch events of those clients (registered, left...): the rooms' to tell.
@@ -265,14 +267,15 @@ class IpxEndpoint:
         clients = switch.clients if client_packet is not None else None
         main: list[Address] = []
         alt: list[Address] = []
-        to_uplinks = to_conns = 0
+        to_uplinks = 0
+        to_conns: list[Address] = []
         for addr in targets:
             if isinstance(addr, Segment):
                 port = self.segments.get(addr)
                 if port is not None:
                     port.send(packet, packet[10:16])  # destination node, docs/protocols.md 3.1
             elif conns and addr in conns:
-                to_conns += self._to_connection(conns[addr], addr, client_packet or packet)
+                to_conns.append(addr)
             elif links and addr in links:
                 to_uplinks += links[addr](packet)  # a client uplink's own socket
             elif clients is not None and addr in clients:
@@ -281,8 +284,7 @@ class IpxEndpoint:
                 main.append(addr)
         sent = to_peers = 0
         if to_conns:
-            counters.copies_sent += to_conns
-            counters.port_copies[self.connection_label] += to_conns
+            self._to_connections(to_conns, client_packet or packet)
         for batch, payload in ((main, packet), (alt, client_packet)):
             if not batch or payload is None or self._sender is None:
                 continue
@@ -317,20 +319,30 @@ class IpxEndpoint:
             if to_peers:
                 counters.port_copies[_PEER] += to_peers
 
-    def _to_connection(self, send: Callable[[bytes], bool], addr: Address, payload: bytes) -> int:
-        """One copy to a browser player (io/websocket.py): 1 if made, else 0.
+    def _to_connections(self, addrs: list[Address], payload: bytes) -> None:
+        """A copy to each of these browser players (io/websocket.py), framed once.
 
-        A copy not made is counted as ``queue_full``: its buffer was full, it reads too slowly.
+        A copy not made is counted as ``queue_full``: that player's buffer was full, it
+        reads too slowly.
         """
-        if not send(payload):
-            self.counters.copies_dropped[(*self.connection_label, "queue_full")] += 1
-            return 0
+        frame = binary_frame(payload)
+        conns = self.connections
+        client_of = self.switch.clients.get
         size = len(payload)
-        self.counters.bytes_sent += size
-        if (client := self.switch.clients.get(addr)) is not None:  # its books (status page)
-            client.tx_packets += 1
-            client.tx_bytes += size
-        return 1
+        made = 0
+        for addr in addrs:
+            if conns[addr](frame):
+                made += 1
+                if (client := client_of(addr)) is not None:  # its books (status page)
+                    client.tx_packets += 1
+                    client.tx_bytes += size
+        counters = self.counters
+        if made:
+            counters.copies_sent += made
+            counters.bytes_sent += made * size
+            counters.port_copies[self.connection_label] += made
+        if made < len(addrs):
+            counters.copies_dropped[(*self.connection_label, "queue_full")] += len(addrs) - made
 
     def settle_books(self) -> None:
         """Add the copies owed to each client's books (``_send_many``); before reading them.

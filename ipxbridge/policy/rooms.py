@@ -23,7 +23,9 @@ REFUSALS: Final[tuple[str, ...]] = (
     "bad_room",  # not a room name (ROOM_NAME)
     "origin",  # its Origin is not in websocket.origins
     "not_allowed",  # outside ipx.clients_allow
-    "not_websocket",  # an HTTP request that is no WebSocket handshake
+    "not_websocket",  # an HTTP request that is no WebSocket handshake (or a huge one)
+    "handshake_timeout",  # no whole handshake within its time
+    "handshakes_full",  # too many connections in their handshake at once
     "rooms_full",  # a new room, and max_rooms are open
     "room_full",  # the room has max_connections_per_room
     "address_full",  # this address has max_connections_per_address

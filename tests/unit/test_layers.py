@@ -72,9 +72,6 @@ OUTER = {
         set(),
     ),
 }
-# The WebSocket listener for browser players is an io/ adapter beside the UDP socket, on
-# aiohttp's server (docs/architecture.md): the one io/ module that may import it.
-EXCEPTIONS = {("io", "websocket.py", "aiohttp")}
 PLAIN_OBS = ("counters", "logging")  # what io/ may import from obs/: no third-party imports
 
 
@@ -87,7 +84,7 @@ def test_outer_layers_import_only_inward(layer: str) -> None:
     for path in files:
         for name in imports(path):
             top = name.split(".")[0]
-            if top in forbidden and (layer, path.name, top) not in EXCEPTIONS:
+            if top in forbidden:
                 wrong.append(f"{layer}/{path.name} imports {name}")
             elif top == "ipxbridge" and not any(
                 name == a or name.startswith(a + ".") for a in allowed
