@@ -72,6 +72,7 @@ PATH_PREFIX: Final = "/ipx/"
 KERNEL_SEND_BUFFER: Final = 65_536
 MAX_HANDSHAKES: Final = 256  # connections still in their opening handshake, at most
 HANDSHAKE_SECONDS: Final = 10.0  # to send the handshake (and finish TLS's before it)
+FLUSH_GAP: Final = 0.001  # between two writes of the copies toward players (``Outbox``)
 CLOSE_SECONDS: Final = 5.0  # a closed connection's last frames get this long to leave
 _PING: Final = server_frame(OP_PING, b"ipxbridge")
 _UNREAD: Final = frozenset(("behind", "ping_timeout"))  # closed by aborting: it does not read
@@ -91,29 +92,39 @@ class ListenerSettings:
 
 
 class Outbox:
-    """The copies made in one turn of the event loop, one write per connection at its end.
+    """Copies toward the players, one write per connection at most every ``FLUSH_GAP``.
 
     A copy is made per packet and per player: 16 players broadcasting 250 a second make
     60,000 copies a second, and a write per copy is a ``send()`` system call per copy (the
     largest single cost in the profile, docs/benchmarks.md "Players in a browser"). The
-    frames for one connection made in the same turn go out in one write, scheduled with
-    ``call_soon``: at the end of that turn, never after a timer.
+    frames for one connection go out together: at the end of the turn that made them when
+    the last write was ``FLUSH_GAP`` ago or more (light traffic waits for nothing), else
+    when that gap is over. Under load a copy waits 1 ms at most, plus the loop's timer
+    resolution, as the UDP side's timed reads do (``ipx.coalesce_ms``); DOSBox itself looks
+    at its socket once a millisecond.
     """
 
-    __slots__ = ("_dirty", "_loop")
+    __slots__ = ("_dirty", "_last", "_loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._dirty: list[Connection] = []
+        self._last = 0.0  # when the last flush ran
 
     def add(self, conn: "Connection") -> None:
-        """``conn`` has frames waiting: write them at the end of this turn."""
+        """``conn`` has frames waiting: write them at the next flush."""
         if not self._dirty:
-            self._loop.call_soon(self.flush)
+            loop = self._loop
+            due = self._last + FLUSH_GAP
+            if loop.time() >= due:
+                loop.call_soon(self.flush)
+            else:
+                loop.call_at(due, self.flush)
         self._dirty.append(conn)
 
     def flush(self) -> None:
         """Write every waiting connection's frames."""
+        self._last = self._loop.time()
         dirty, self._dirty = self._dirty, []
         for conn in dirty:
             conn.flush()
