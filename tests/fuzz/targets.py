@@ -21,6 +21,8 @@ Targets:
   coalesced IPXWrapper batches among them.
 * ``relay``: the broadcast relay's ``RelayPolicy.decide`` on a stream of datagrams, in both
   source modes (``preserve`` and ``rewrite``, which edits DirectPlay 4 SOCKADDRs).
+* ``websocket``: a browser player's bytes: the opening handshake, then client frames fed to
+  ``FrameReader`` in pieces of every size (the listener's two parsers of remote input).
 
 Stream targets read their input as records (``Records``); the fuzzer learns the layout.
 """
@@ -62,6 +64,7 @@ from ipxbridge.policy.switch import (
 )
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ethernet, ipx, ipxwrapper
+from ipxbridge.wire import websocket as ws
 from ipxbridge.wire.dplay8 import is_dp8_port
 from ipxbridge.wire.errors import WIRE_REASONS, WireError
 from ipxbridge.wire.pcap import PCAP_REASONS, PcapError
@@ -746,6 +749,73 @@ class Target:
     seeds: Callable[[], list[bytes]]
 
 
+def check_websocket(data: bytes) -> None:
+    """Handshake: a ``Handshake`` or a ``WebSocketError`` with an HTTP status. Frames: whole
+    messages no longer than ``MAX_MESSAGE`` whatever the cut, or a ``WebSocketError`` with a
+    close code of RFC 6455 §7.4.1; the same bytes give the same messages however they are
+    split."""
+    try:
+        ws.parse_handshake(data[: ws.MAX_HANDSHAKE])
+    except ws.WebSocketError as exc:
+        assert exc.code in (400, 426), exc.code
+    whole = _read_frames(data, len(data) or 1)
+    for cut in (1, 3, 7, 64):
+        assert _read_frames(data, cut) == whole, cut
+
+
+def _read_frames(data: bytes, cut: int) -> list[tuple[int, bytes]] | int:
+    """The messages of ``data`` fed ``cut`` bytes at a time, or the close code it ends with."""
+    reader = ws.FrameReader(max_message=4096)
+    out: list[tuple[int, bytes]] = []
+    try:
+        for at in range(0, len(data), cut):
+            out += reader.feed(data[at : at + cut])
+    except ws.WebSocketError as exc:
+        assert exc.code in (ws.CLOSE_PROTOCOL_ERROR, ws.CLOSE_TOO_BIG), exc.code
+        return exc.code
+    for opcode, payload in out:
+        assert opcode in (ws.OP_TEXT, ws.OP_BINARY, ws.OP_CLOSE, ws.OP_PING, ws.OP_PONG)
+        assert len(payload) <= 4096
+    return out
+
+
+def client_frame(opcode: int, payload: bytes, *, fin: bool = True) -> bytes:
+    """A masked client frame (RFC 6455 §5.2, §5.3), the mask fixed so seeds are stable."""
+    mask = b"\x37\xfa\x21\x3d"
+    size = len(payload)
+    first = (0x80 if fin else 0) | opcode
+    if size < 126:
+        head = bytes((first, 0x80 | size))
+    elif size < 1 << 16:
+        head = bytes((first, 0x80 | 126)) + size.to_bytes(2, "big")
+    else:
+        head = bytes((first, 0x80 | 127)) + size.to_bytes(8, "big")
+    return head + mask + ws.unmask(mask, payload)
+
+
+def websocket_seeds() -> list[bytes]:
+    """A browser's handshake; a registration, a fragmented message with a ping inside it, a
+    text frame, a long frame and a close."""
+    handshake = (
+        b"GET /ipx/default HTTP/1.1\r\nHost: 10.0.0.1:1900\r\nConnection: Upgrade\r\n"
+        b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nOrigin: http://jsdos.localhost\r\n"
+        b"Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n"
+    )
+    frames = b"".join(
+        (
+            client_frame(ws.OP_BINARY, ipx.build_registration()),
+            client_frame(ws.OP_BINARY, b"first half ", fin=False),
+            client_frame(ws.OP_PING, b"are you there"),
+            client_frame(ws.OP_CONTINUATION, b"second half"),
+            client_frame(ws.OP_TEXT, b"hello"),
+            client_frame(ws.OP_BINARY, bytes(300)),
+            client_frame(ws.OP_CLOSE, b"\x03\xe8"),
+        )
+    )
+    return [handshake, frames]
+
+
 TARGETS: Final[dict[str, Target]] = {
     "ipx": Target(check_ipx, vector_seeds),
     "dp4": Target(check_dp4, vector_seeds),
@@ -759,6 +829,7 @@ TARGETS: Final[dict[str, Target]] = {
     "relay": Target(check_relay, relay_seeds),
     "ethernet": Target(check_ethernet, ethernet_seeds),
     "ipxwrapper": Target(check_ipxwrapper, ipxwrapper_seeds),
+    "websocket": Target(check_websocket, websocket_seeds),
 }
 
 

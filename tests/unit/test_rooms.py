@@ -20,7 +20,9 @@ from ipxbridge.policy.switch import (
     keyed_nodes,
 )
 from ipxbridge.wire import ipx
+from ipxbridge.wire import websocket as ws
 from ipxbridge.wire.websocket import binary_frame
+from tests.fuzz.targets import client_frame
 
 KEY = bytes(range(32))
 BROWSER = connection_address("10.0.0.21", 50000)
@@ -225,3 +227,110 @@ TRUSTED = (ipaddress.ip_network("10.9.0.1/32"), ipaddress.ip_network("10.9.1.0/2
 )
 def test_the_player_address_behind_proxies(peer: str, header: list[str], expected: str) -> None:
     assert client_ip(peer, header, TRUSTED) == expected
+
+
+# --- the opening handshake and client frames (wire/websocket.py) ---------------------------
+
+CHROMIUM = (
+    b"GET /ipx/default HTTP/1.1\r\nHost: 10.62.1.1:1900\r\nConnection: Upgrade\r\n"
+    b"Pragma: no-cache\r\nUpgrade: websocket\r\nOrigin: http://jsdos.localhost\r\n"
+    b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    b"Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n"
+)
+
+
+def test_a_browsers_handshake_is_taken_and_answered_as_rfc_6455_says() -> None:
+    shake = ws.parse_handshake(CHROMIUM)
+    assert shake.path == "/ipx/default"
+    assert shake.header("origin") == "http://jsdos.localhost"
+    assert shake.protocols() == []  # js-dos asks for none (docs/protocols.md 4.10)
+    # §1.3's worked example
+    assert ws.accept_key(shake.key) == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+    answer = ws.handshake_response(shake.key, None)
+    assert answer.startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+    assert b"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n" in answer
+    assert b"Sec-WebSocket-Extensions" not in answer  # no compression: frames as they are
+    assert answer.endswith(b"\r\n\r\n")
+    assert ws.handshake_end(CHROMIUM + b"\x81\x80") == len(CHROMIUM)
+    assert ws.handshake_end(CHROMIUM[:-2]) == -1
+
+
+@pytest.mark.parametrize(
+    ("change", "status"),
+    [
+        ((b"GET /ipx/default HTTP/1.1", b"POST /ipx/default HTTP/1.1"), 400),
+        ((b"HTTP/1.1\r\n", b"HTTP/1.0\r\n"), 400),
+        ((b"Upgrade: websocket", b"Upgrade: h2c"), 400),
+        ((b"Connection: Upgrade", b"Connection: keep-alive"), 400),
+        ((b"Sec-WebSocket-Version: 13", b"Sec-WebSocket-Version: 8"), 426),
+        ((b"dGhlIHNhbXBsZSBub25jZQ==", b"c2hvcnQ="), 400),
+        ((b"Pragma: no-cache", b"Pragma no-cache"), 400),
+    ],
+)
+def test_other_requests_are_refused_with_a_status(change: tuple[bytes, bytes], status: int) -> None:
+    with pytest.raises(ws.WebSocketError) as info:
+        ws.parse_handshake(CHROMIUM.replace(*change))
+    assert info.value.code == status
+
+
+def test_a_refusal_is_a_short_http_answer_that_closes() -> None:
+    answer = ws.http_refusal(503, "room_full")
+    head, body = answer.split(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 Service Unavailable")
+    assert b"Connection: close" in head
+    assert body == b"refused: room_full\n"
+    assert b"Sec-WebSocket-Version: 13" in ws.http_refusal(426, "not_websocket")
+
+
+def test_frames_come_out_whole_however_the_bytes_are_cut() -> None:
+    stream = b"".join(
+        (
+            client_frame(ws.OP_BINARY, ipx.build_registration()),
+            client_frame(ws.OP_BINARY, b"first ", fin=False),
+            client_frame(ws.OP_PING, b"ping"),  # a control frame between fragments (§5.4)
+            client_frame(ws.OP_CONTINUATION, b"second"),
+            client_frame(ws.OP_BINARY, bytes(70_000)[:1424]),
+            client_frame(ws.OP_CLOSE, b"\x03\xe8"),
+        )
+    )
+    expected = [
+        (ws.OP_BINARY, ipx.build_registration()),
+        (ws.OP_PING, b"ping"),
+        (ws.OP_BINARY, b"first second"),
+        (ws.OP_BINARY, bytes(1424)),
+        (ws.OP_CLOSE, b"\x03\xe8"),
+    ]
+    for cut in (1, 2, 5, len(stream)):
+        reader = ws.FrameReader()
+        got = []
+        for at in range(0, len(stream), cut):
+            got += reader.feed(stream[at : at + cut])
+        assert got == expected, cut
+    assert ws.close_code(b"\x03\xe8") == 1000
+    assert ws.close_code(b"") is None
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        (bytes((0x82, 5)) + b"hello", ws.CLOSE_PROTOCOL_ERROR),  # unmasked (§5.1)
+        (bytes((0xC2, 0x80)) + bytes(4), ws.CLOSE_PROTOCOL_ERROR),  # RSV1: no extension
+        (bytes((0x83, 0x80)) + bytes(4), ws.CLOSE_PROTOCOL_ERROR),  # reserved opcode
+        (bytes((0x09, 0x80)) + bytes(4), ws.CLOSE_PROTOCOL_ERROR),  # a fragmented ping
+        (bytes((0x89, 0xFE, 0, 200)) + bytes(4 + 200), ws.CLOSE_PROTOCOL_ERROR),  # long ping
+        (bytes((0x80, 0x80)) + bytes(4), ws.CLOSE_PROTOCOL_ERROR),  # continuation of nothing
+        (bytes((0x82, 0xFF)) + (1 << 40).to_bytes(8, "big"), ws.CLOSE_TOO_BIG),  # header only
+    ],
+)
+def test_protocol_errors_close_with_the_rfc_code(frame: bytes, code: int) -> None:
+    with pytest.raises(ws.WebSocketError) as info:
+        ws.FrameReader().feed(frame)
+    assert info.value.code == code
+
+
+def test_a_message_over_the_limit_in_fragments_is_too_big() -> None:
+    reader = ws.FrameReader(max_message=100)
+    reader.feed(client_frame(ws.OP_BINARY, bytes(60), fin=False))
+    with pytest.raises(ws.WebSocketError) as info:
+        reader.feed(client_frame(ws.OP_CONTINUATION, bytes(60)))
+    assert info.value.code == ws.CLOSE_TOO_BIG
