@@ -89,6 +89,8 @@ class ListenerSettings:
     ping_interval: float = 10.0
     max_buffer: int = 262_144
     behind_seconds: float = 10.0
+    max_handshakes: int = MAX_HANDSHAKES
+    handshake_seconds: float = HANDSHAKE_SECONDS
 
 
 class Outbox:
@@ -340,7 +342,7 @@ class WebSocketListener:
                 self.settings.host,
                 self.settings.port,
                 ssl=self.ssl_context,
-                ssl_handshake_timeout=HANDSHAKE_SECONDS if self.ssl_context else None,
+                ssl_handshake_timeout=self.settings.handshake_seconds if self.ssl_context else None,
                 reuse_address=True,
             )
         except OSError as exc:
@@ -494,7 +496,7 @@ class _Link(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)  # noqa: S101 - a stream server's
         self.transport = transport
         listener = self.listener
-        if listener.handshakes >= MAX_HANDSHAKES:
+        if listener.handshakes >= listener.settings.max_handshakes:
             listener.refuse("handshakes_full", "?", "?")
             self.reason = "refused"
             transport.abort()
@@ -502,7 +504,7 @@ class _Link(asyncio.Protocol):
         listener.handshakes += 1
         self.shaking = True
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(HANDSHAKE_SECONDS, self._too_slow)
+        self._timer = loop.call_later(listener.settings.handshake_seconds, self._too_slow)
 
     def _too_slow(self) -> None:
         self._timer = None

@@ -20,6 +20,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -27,6 +29,9 @@ from typing import Any
 
 import aiohttp
 
+from ipxbridge.io.websocket import Connection, ListenerSettings, WebSocketListener
+from ipxbridge.wire import directplay as dp
+from ipxbridge.wire import ipx
 from tests.integration.harness import ROOT, STARTED, LoggedProcess
 from tests.integration.test_browser_players import make_tls
 
@@ -389,3 +394,109 @@ def test_wss_certificate_is_reloaded_on_sighup(workdir: Path) -> None:
         bridge.proc.send_signal(signal.SIGHUP)
         bridge.wait_for(r"the old certificate stays", 10)
         assert _served_certificate(bridge.ws_port, ca) == "renewed"
+
+
+class _Rooms:
+    """Rooms that admit everyone and remember what they were told."""
+
+    def __init__(self) -> None:
+        self.joined: list[Connection] = []
+        self.left: list[str] = []
+
+    def admit(self, room: str, ip: str) -> str | None:
+        return None
+
+    def join(self, conn: Connection) -> None:
+        self.joined.append(conn)
+
+    def ingest(self, conn: Connection, data: bytes) -> None:
+        """Not reached here."""
+
+    def reject(self, conn: Connection, size: int, reason: str) -> None:
+        """Not reached here."""
+
+    def leave(self, conn: Connection, reason: str) -> None:
+        self.left.append(reason)
+
+
+def test_handshakes_are_bounded_in_number_size_and_time() -> None:
+    """Connections that never finish the opening handshake: at most ``max_handshakes`` at
+    once (the next is dropped at once), each given ``handshake_seconds``; a handshake over
+    8 KiB is answered 431. Without these bounds each would hold a socket for ever."""
+
+    async def scenario() -> tuple[list[bytes], Counter[str], int]:
+        port = free_port()
+        settings = ListenerSettings("127.0.0.1", port, max_handshakes=2, handshake_seconds=0.5)
+        rooms = _Rooms()
+        listener = WebSocketListener(settings, rooms)
+        await listener.start()
+        try:
+            loop = asyncio.get_running_loop()
+            silent = []
+            for _ in range(3):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                silent.append((reader, writer))
+                await asyncio.sleep(0.05)  # accepted in order
+            started = loop.time()
+            # the third is dropped at once; the first two when their time is up
+            ends = [await asyncio.wait_for(r.read(), 3) for r, _ in silent]
+            elapsed = loop.time() - started
+            assert 0.3 < elapsed < 2.0, elapsed
+            huge_reader, huge_writer = await asyncio.open_connection("127.0.0.1", port)
+            huge_writer.write(b"GET /ipx/a HTTP/1.1\r\n" + b"X-Pad: " + b"x" * 9000 + b"\r\n")
+            answer = await asyncio.wait_for(huge_reader.read(), 3)
+            for _, writer in [*silent, (huge_reader, huge_writer)]:
+                writer.close()
+            return [*ends, answer], listener.refused, listener.handshakes
+        finally:
+            await listener.stop()
+
+    ends, refused, left = asyncio.run(scenario())
+    assert ends[:3] == [b"", b"", b""]
+    assert ends[3].startswith(b"HTTP/1.1 431 ")
+    assert refused == Counter({"handshake_timeout": 2, "handshakes_full": 1, "not_websocket": 1})
+    assert left == 0
+
+
+def test_a_game_hosted_in_a_browser_is_on_the_game_list(workdir: Path) -> None:
+    """A browser player is inspected like any client (docs/ipx.md, "Players in a browser"):
+    a DirectPlay host in the bridge's room answering an enumeration, as a DirectPlay game
+    over IPX does (a bare EnumSessionsReply to the asker, docs/protocols.md 1.9), shows on
+    the game list with its name and players."""
+    armada = uuid.UUID("76F93801-9340-11D2-AE34-00600895C779")
+    with running(workdir) as bridge:
+
+        async def host_answers() -> None:
+            async with (
+                player(bridge.url("default")) as (host, host_node),
+                player(bridge.url("default")) as (_, asker_node),
+            ):
+                desc = dp.SessionDesc(
+                    flags=0,
+                    instance_guid=uuid.uuid4(),
+                    application_guid=armada,
+                    max_players=8,
+                    current_players=3,
+                    user=(0, 0, 0, 0),
+                )
+                body = dp.build_enum_sessions_reply(
+                    dp.EnumSessionsReply(desc, "Browser LAN"), bare=True
+                )
+                reply = ipx.build_packet(
+                    dst_node=asker_node,
+                    dst_socket=0x4545,
+                    src_node=host_node,
+                    src_socket=0x4545,
+                    payload=body,
+                )
+                await host.send_bytes(reply)
+                deadline = time.monotonic() + 5
+                while "Browser LAN" not in bridge.get("/api/sessions"):
+                    assert time.monotonic() < deadline, bridge.get("/api/sessions")
+                    await asyncio.sleep(0.1)
+
+        asyncio.run(host_answers())
+        sessions = json.loads(bridge.get("/api/sessions"))
+    (session,) = sessions
+    assert session["session_name"] == "Browser LAN"
+    assert (session["players"], session["max_players"]) == (3, 8)
