@@ -146,3 +146,25 @@ def test_relay_bench_runs_every_relay_and_the_fast_path_delivers_all() -> None:
     assert prefix, out
     assert not [name for name in namespaces() if name.startswith(prefix.group(1) + "_")]
     assert not list(Path(tempfile.gettempdir()).glob(f"{prefix.group(1)}-*")), "relay logs left"
+
+
+@pytest.mark.netns
+def test_ws_bench_measures_the_bridges_listener(tmp_path: Path) -> None:
+    """bench/ws_bench.py, one short round without the reference server (it is built from
+    another project's source, by hand): 4 clients x 100 broadcasts/s for 2 s, 50 idle
+    connections; every broadcast delivered, CPU and memory figures written, and its
+    namespace removed."""
+    require("ip", "taskset")
+    out_json = tmp_path / "ws.json"
+    code, out = run_bench(
+        "ws_bench.py",
+        *("--rounds", "1", "--clients", "4", "--rate", "100", "--secs", "2"),
+        *("--warmup", "2", "--idle", "50", "--netns", "ixb_wsbench_test"),
+        *("--json", str(out_json)),
+        timeout=120,
+    )
+    assert code == 0, out
+    summary = json.loads(out_json.read_text())["summary"]
+    assert summary["delivery"]["ipxbridge"]["median"] == 1.0, out
+    assert summary["server_cpu_per_s"]["ipxbridge"]["median"] > 0, out
+    assert "ixb_wsbench_test" not in namespaces()
