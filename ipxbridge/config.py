@@ -300,6 +300,17 @@ def _check_listen(value: str) -> str:
     return str(hp)
 
 
+def _listen(value: str) -> str:
+    try:
+        return _check_listen(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (expected ADDR:PORT or off)") from None
+
+
+# What a ``listen`` key takes: ADDR:PORT with a literal IPv4 address, or "off".
+ListenAddress = Annotated[str, AfterValidator(_listen)]
+
+
 PeerAddress = Annotated[str, AfterValidator(lambda v: str(parse_host_port(v)))]
 
 
@@ -444,7 +455,7 @@ MIN_UNVERIFIED_BURST: Final = 576
 class IpxSection(_Model):
     """The IPX-over-UDP tunnel."""
 
-    listen: str = f"0.0.0.0:{DEFAULT_IPX_PORT}"
+    listen: ListenAddress = f"0.0.0.0:{DEFAULT_IPX_PORT}"
     peers: tuple[PeerAddress, ...] = ()
     max_clients: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 256
     idle_timeout: Annotated[float, Field(gt=0, le=86_400, strict=True)] = 600.0
@@ -524,14 +535,6 @@ class IpxSection(_Model):
         if len(set(servers)) != len(servers):
             raise ValueError("each server at most once")
         return value
-
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, value: str) -> str:
-        try:
-            return _check_listen(value)
-        except ValueError as exc:
-            raise ValueError(f"{exc} (expected ADDR:PORT or off)") from None
 
     @field_validator("interfaces")
     @classmethod
@@ -637,7 +640,7 @@ ProxyNetwork = Annotated[
 class WebSocketSection(_Model):
     """The WebSocket listener for browser players (io/websocket.py)."""
 
-    listen: str = "0.0.0.0:1900"
+    listen: ListenAddress = "0.0.0.0:1900"
     bridge_room: str = "default"
     certificate: str = ""
     key: str = ""
@@ -650,14 +653,6 @@ class WebSocketSection(_Model):
     ping_interval: Annotated[float, Field(ge=1, le=600, strict=True)] = 10.0
     max_buffer: Annotated[int, Field(ge=4_096, le=64 << 20, strict=True)] = 262_144
     behind_seconds: Annotated[float, Field(ge=1, le=3_600, strict=True)] = 10.0
-
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, value: str) -> str:
-        try:
-            return _check_listen(value)
-        except ValueError as exc:
-            raise ValueError(f"{exc} (expected ADDR:PORT or off)") from None
 
     @field_validator("bridge_room")
     @classmethod
@@ -683,15 +678,7 @@ class WebSocketSection(_Model):
 class HttpSection(_Model):
     """The HTTP endpoint: /metrics, health, the status page and the JSON API."""
 
-    listen: str = "127.0.0.1:9213"
-
-    @field_validator("listen")
-    @classmethod
-    def _listen(cls, value: str) -> str:
-        try:
-            return _check_listen(value)
-        except ValueError as exc:
-            raise ValueError(f"{exc} (expected ADDR:PORT or off)") from None
+    listen: ListenAddress = "127.0.0.1:9213"
 
 
 class LoggingSection(_Model):

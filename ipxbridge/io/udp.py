@@ -482,25 +482,20 @@ class IpxEndpoint:
 
     def ingest_uplink(self, server: Address, data: bytes) -> None:
         """A data datagram from a client uplink's socket (io/uplink.py): switched, counted."""
-        booked = False
-        try:
-            now = self._loop.time()
-            decision = self.switch.handle(data, server, now)
-            counters = self.counters
-            counters.received += 1
-            counters.received_bytes += len(data)
-            counters.port_received[UPLINK_LABEL] += 1
-            booked = True
-            self._apply(decision, data, UPLINK_LABEL, server, now, 0.0)
-        except Exception as exc:  # noqa: BLE001 - a bug must cost one packet, not the reader
-            self.fault(UPLINK_LABEL, len(data), exc, booked=booked)
+        self._ingest_from(server, data, UPLINK_LABEL)
 
     def ingest_connection(self, addr: Address, data: bytes) -> None:
         """One message from a browser player's WebSocket (io/websocket.py), at ``addr``.
 
         Switched and counted like a datagram from a DOSBox client.
         """
-        label = self.connection_label
+        self._ingest_from(addr, data, self.connection_label)
+
+    def _ingest_from(self, addr: Address, data: bytes, label: tuple[str, str]) -> None:
+        """A datagram from ``addr`` that did not come off the tunnel socket.
+
+        Switched and counted under ``label``'s port; a bug costs this packet only (``fault``).
+        """
         booked = False
         try:
             now = self._loop.time()
