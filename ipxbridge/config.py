@@ -292,23 +292,26 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _check_listen(value: str) -> str:
+def _check_listen(value: str, default_port: int = DEFAULT_IPX_PORT) -> str:
     if value.strip().lower() == "off":
         return "off"
-    hp = parse_host_port(value)
+    hp = parse_host_port(value, default_port)
     ipaddress.IPv4Address(hp.host)  # a bind address must be a literal
     return str(hp)
 
 
-def _listen(value: str) -> str:
+def _listen(value: str, default_port: int = DEFAULT_IPX_PORT) -> str:
     try:
-        return _check_listen(value)
+        return _check_listen(value, default_port)
     except ValueError as exc:
         raise ValueError(f"{exc} (expected ADDR:PORT or off)") from None
 
 
 # What a ``listen`` key takes: ADDR:PORT with a literal IPv4 address, or "off".
 ListenAddress = Annotated[str, AfterValidator(_listen)]
+# The browser players' listener: without a port, js-dos's 1900 (docs/protocols.md 4.10).
+WEBSOCKET_PORT: Final = 1900
+WebSocketListen = Annotated[str, AfterValidator(lambda v: _listen(v, WEBSOCKET_PORT))]
 
 
 PeerAddress = Annotated[str, AfterValidator(lambda v: str(parse_host_port(v)))]
@@ -640,7 +643,7 @@ ProxyNetwork = Annotated[
 class WebSocketSection(_Model):
     """The WebSocket listener for browser players (io/websocket.py)."""
 
-    listen: ListenAddress = "0.0.0.0:1900"
+    listen: WebSocketListen = f"0.0.0.0:{WEBSOCKET_PORT}"
     bridge_room: str = "default"
     certificate: str = ""
     key: str = ""

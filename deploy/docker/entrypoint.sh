@@ -14,8 +14,9 @@
 # Add --cap-add NET_ADMIN for the nftables kernel fast path (relay.fast_path).
 #
 # Each capability is needed because:
-#   NET_BIND_SERVICE  UDP 213. With --network host the host's
-#                     net.ipv4.ip_unprivileged_port_start (1024) applies.
+#   NET_BIND_SERVICE  UDP 213 (and the HTTP or browser players' port, if set below 1024).
+#                     With --network host the host's net.ipv4.ip_unprivileged_port_start
+#                     (1024) applies.
 #   NET_RAW           relay source mode "preserve" (raw IP_HDRINCL copies keep the player's
 #                     address). This is optional in mode "auto", which falls back to
 #                     "rewrite" without it. IPX "ethernet" interface ports (native IPX
@@ -29,8 +30,9 @@
 #   NET_ADMIN         optional: the nftables fast path, and reading kernel WireGuard peers.
 #
 # What it does, started as root (the image default):
-#   1. For `run`, it works out which capabilities the configuration needs: the IPX and HTTP
-#      ports (from --ipx-listen, IPXBRIDGE_IPX__LISTEN or ipx.listen in the --config file),
+#   1. For `run`, it works out which capabilities the configuration needs: the IPX, HTTP
+#      and browser players' ports (e.g. from --ipx-listen, IPXBRIDGE_IPX__LISTEN or
+#      ipx.listen in the --config file; likewise --metrics-listen, --ws-listen),
 #      the source mode, the fast path, and whether there are IPX interface ports (NET_RAW
 #      is then kept if given, whatever the source mode). It compares them with the
 #      capabilities the container was given (CapEff and CapBnd in /proc/self/status). If
@@ -144,6 +146,7 @@ has_cap() { [ $(((available >> $1) & 1)) -eq 1 ]; }
 config=""
 cli_ipx=""
 cli_http=""
+cli_ws=""
 cli_mode=""
 cli_fast=""
 cli_ipx_ports=""
@@ -157,6 +160,8 @@ parse_args() {
             --ipx-listen=*) cli_ipx=${1#*=} ;;
             --metrics-listen) cli_http=${2:-} ;;
             --metrics-listen=*) cli_http=${1#*=} ;;
+            --ws-listen) cli_ws=${2:-} ;;
+            --ws-listen=*) cli_ws=${1#*=} ;;
             --source-mode) cli_mode=${2:-} ;;
             --source-mode=*) cli_mode=${1#*=} ;;
             --fast-path) cli_fast=${2:-} ;;
@@ -221,6 +226,7 @@ setting() { # setting CLI_VALUE ENV_VALUE SECTION KEY DEFAULT
 }
 ipx_listen=$(setting "$cli_ipx" "${IPXBRIDGE_IPX__LISTEN:-}" ipx listen "0.0.0.0:$DEFAULT_PORT")
 http_listen=$(setting "$cli_http" "${IPXBRIDGE_HTTP__LISTEN:-}" http listen 127.0.0.1:9213)
+ws_listen=$(setting "$cli_ws" "${IPXBRIDGE_WEBSOCKET__LISTEN:-}" websocket listen 0.0.0.0:1900)
 source_mode=$(setting "$cli_mode" "${IPXBRIDGE_RELAY__SOURCE_MODE:-}" relay source_mode auto)
 fast_path=$(setting "$cli_fast" "${IPXBRIDGE_RELAY__FAST_PATH:-}" relay fast_path auto)
 # IPX interface ports (ipx.interfaces): flags replace the environment, which replaces the file.
@@ -236,11 +242,11 @@ elif yaml_has_items ipx interfaces; then
     ipx_ports=yes
 fi
 
-port_of() { # the port of ADDR[:PORT], nothing for "off"
+port_of() { # port_of ADDR[:PORT] [DEFAULT]: the port, nothing for "off"
     case $1 in
         [Oo][Ff][Ff]) ;;
         *:*) printf '%s' "${1##*:}" ;;
-        *) printf '%s' "$DEFAULT_PORT" ;;
+        *) printf '%s' "${2:-$DEFAULT_PORT}" ;;
     esac
 }
 unpriv_start=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start 2>/dev/null || echo 1024)
@@ -272,10 +278,13 @@ keep="" # SETUID/SETGID are for this script only, never for the bridge
 bind_why=""
 ipx_port=$(port_of "$ipx_listen")
 http_port=$(port_of "$http_listen")
+ws_port=$(port_of "$ws_listen" 1900)
 if privileged_port "$ipx_port"; then
     bind_why="IPX port $ipx_port < $unpriv_start"
 elif privileged_port "$http_port"; then
     bind_why="HTTP port $http_port < $unpriv_start"
+elif privileged_port "$ws_port"; then
+    bind_why="browser players' port $ws_port < $unpriv_start"
 fi
 if [ -n "$bind_why" ]; then
     require "$CAP_NET_BIND_SERVICE" NET_BIND_SERVICE "$bind_why"

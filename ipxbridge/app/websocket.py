@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ipxbridge.app.ipx import IpxService, client_nodes, switch_settings
-from ipxbridge.config import Config, parse_host_port
+from ipxbridge.config import WEBSOCKET_PORT, Config, parse_host_port
 from ipxbridge.errors import StartupError
 from ipxbridge.io.udp import IpxEndpoint
 from ipxbridge.io.websocket import (
@@ -42,7 +42,7 @@ WEBSOCKET_PORTS_OPEN: Final = (BRIDGE, ROOMS)
 def listener_settings(config: Config) -> ListenerSettings:
     """The ``websocket`` section as the listener takes it."""
     ws = config.websocket
-    listen = parse_host_port(ws.listen, 1900)
+    listen = parse_host_port(ws.listen, WEBSOCKET_PORT)
     return ListenerSettings(
         host=listen.host,
         port=listen.port,

@@ -10,7 +10,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias
 
-from ipxbridge.config import check_interface_pattern, parse_host_port
+from ipxbridge.config import (
+    DEFAULT_IPX_PORT,
+    WEBSOCKET_PORT,
+    check_interface_pattern,
+    parse_host_port,
+)
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
@@ -66,14 +71,19 @@ def report(errors: Sequence[str]) -> None:
         print(f"ipxbridge: {line}", file=sys.stderr)
 
 
-def listen_arg(text: str) -> str:
-    """``ADDR:PORT`` or ``off`` (``--ipx-listen``, ``--metrics-listen``)."""
+def listen_arg(text: str, default_port: int = DEFAULT_IPX_PORT) -> str:
+    """``ADDR:PORT`` or ``off`` (``--ipx-listen``, ``--metrics-listen``, ``--ws-listen``)."""
     if text.strip().lower() == "off":
         return "off"
     try:
-        return str(parse_host_port(text))
+        return str(parse_host_port(text, default_port))
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{exc} (expected ADDR:PORT or off)") from None
+
+
+def ws_listen_arg(text: str) -> str:
+    """``--ws-listen``: without a port, js-dos's 1900."""
+    return listen_arg(text, WEBSOCKET_PORT)
 
 
 def peer_arg(text: str) -> str:

@@ -17,6 +17,7 @@ from ipxbridge.commands.common import (
     peer_arg,
     relay_iface_arg,
     report,
+    ws_listen_arg,
 )
 from ipxbridge.config import ConfigError, load_config
 from ipxbridge.errors import StartupError
@@ -110,7 +111,7 @@ def add_parser(sub: SubParsers) -> None:
     )
     run_parser.add_argument(
         "--ws-listen",
-        type=listen_arg,
+        type=ws_listen_arg,
         metavar="ADDR:PORT|off",
         help="TCP address of the WebSocket listener for browser players (js-dos) "
         "(default 0.0.0.0:1900)",

@@ -18,6 +18,7 @@ Emulators a and b are in bridge A's own room (``default``), c in room ``lobby``;
 connect to bridge T over ``wss://``, trusting the CA the test made.
 """
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -240,8 +241,17 @@ def test_browser_and_real_dosbox_over_udp_both_ways(party: Party) -> None:
     sent = send(party.a)
     party.a.pause()
     assert_all(sent, dosbox_heard(rx), "browser to DOSBox")
-    clients = bridge_get(party.ns("box"), "/api/clients")
-    assert '"kind": "browser"' in clients, clients
+    # Seen where people look: the status page lists the browser players with their room and
+    # rates, and its events say they joined.
+    status = json.loads(bridge_get(party.ns("box"), "/api/status"))
+    rooms = sorted(
+        c["detail"] for c in status["clients"] if c["kind"] == "browser" and not c["gone"]
+    )
+    assert rooms == ["room default", "room default", "room lobby"], status["clients"]
+    books = [c["totals"] for c in status["clients"] if c["kind"] == "browser"]
+    assert any(b["rx_packets"] >= COUNT and b["tx_packets"] >= COUNT for b in books), books
+    joined = [e for e in status["events"] if "browser" in str(e) and "joined" in str(e)]
+    assert len(joined) >= 3, status["events"]
 
 
 @pytest.mark.netns

@@ -694,6 +694,12 @@ def test_unprivileged_ports_need_no_net_bind_service(launcher: Launcher, ns: str
         "NET_BIND_SERVICE",
     )
     assert "HTTP port 80 < 1024" in line
+    # and so does the browser players' listener on 443 (wss:// without a proxy)
+    line = refused(
+        entry(launcher, ns, only_setid, "run", "--ipx-listen", "off", "--ws-listen", "0.0.0.0:443"),
+        "NET_BIND_SERVICE",
+    )
+    assert "browser players' port 443 < 1024" in line
 
 
 @pytest.mark.netns

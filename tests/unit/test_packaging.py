@@ -309,6 +309,7 @@ def test_entrypoint_defaults_match_the_app() -> None:
     assert f"DEFAULT_PORT={DEFAULT_IPX_PORT} " in text
     assert f"http listen {Config().http.listen})" in text
     assert 'ipx listen "0.0.0.0:$DEFAULT_PORT")' in text
+    assert f"websocket listen {Config().websocket.listen})" in text
     assert Config().ipx.listen == f"0.0.0.0:{DEFAULT_IPX_PORT}"
     assert (Config().relay.source_mode, Config().relay.fast_path) == ("auto", "auto")
     # the documented docker run line uses exactly the compose file's capabilities
