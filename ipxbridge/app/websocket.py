@@ -73,8 +73,11 @@ class WebSocketService:
         self.ipx = ipx
         self.inspector = inspector
         self.listener: WebSocketListener | None = None
-        self.table = RoomTable(room_limits(config), config.websocket.bridge_room)
+        # The bridge's room is chosen at start: a reload cannot move players between networks.
+        self.bridge_room = config.websocket.bridge_room
+        self.table = RoomTable(room_limits(config), self.bridge_room)
         self.rooms: dict[str, IpxEndpoint] = {}  # rooms besides the bridge's, while open
+        self._joined: dict[Address, IpxEndpoint] = {}  # each connection's room
         self._loop: asyncio.AbstractEventLoop | None = None
         self._node_for: Callable[[Address], bytes] | None = None  # read when a room opens
         self._log = RateLimiter(rate=2.0, burst=20)
@@ -108,7 +111,7 @@ class WebSocketService:
         logger.info(
             "browser players (js-dos) on %s: room %r is %s; other rooms are networks of their own",
             where,
-            ws.bridge_room,
+            self.bridge_room,
             "this bridge's IPX network" if bridge is not None else "a room of its own (no tunnel)",
         )
 
@@ -142,11 +145,16 @@ class WebSocketService:
         if listener is None:
             return
         ws = config.websocket
-        if ws.listen != old.listen or bool(ws.certificate) != bool(old.certificate):
+        if (
+            ws.listen != old.listen
+            or bool(ws.certificate) != bool(old.certificate)
+            or ws.bridge_room != self.bridge_room
+        ):
             logger.warning(
-                "reload: websocket.listen and turning TLS on or off take a restart "
-                "(the listener keeps %s)",
+                "reload: websocket.listen, bridge_room and turning TLS on or off take a "
+                "restart (the listener keeps %s, room %r the bridge's)",
                 old.listen,
+                self.bridge_room,
             )
         listener.settings = listener_settings(config)  # the address stays as it is bound
         for conn in listener.connections.values():
@@ -182,25 +190,23 @@ class WebSocketService:
     def join(self, conn: Connection) -> None:
         """``conn`` becomes a client of its room's switch (it registers next)."""
         endpoint = self._endpoint(conn.room)
+        self._joined[conn.addr] = endpoint
         endpoint.connections[conn.addr] = conn.send
         endpoint.switch.connect(conn.addr)
         self._say("browser player %s connected", conn)
 
     def ingest(self, conn: Connection, data: bytes) -> None:
         """A message: switched in its room."""
-        endpoint = self._room_of(conn)
-        if endpoint is not None:
-            endpoint.ingest_connection(conn.addr, data)
+        self._joined[conn.addr].ingest_connection(conn.addr, data)
 
     def reject(self, conn: Connection, size: int, reason: str) -> None:
         """A message that is no packet: received on the room's port and dropped."""
-        endpoint = self._room_of(conn)
-        if endpoint is not None:
-            endpoint.reject(*endpoint.connection_label, size, reason)
+        endpoint = self._joined[conn.addr]
+        endpoint.reject(*endpoint.connection_label, size, reason)
 
     def leave(self, conn: Connection, reason: str) -> None:
         """``conn`` closed: it leaves the switch; an emptied room goes."""
-        endpoint = self._room_of(conn)
+        endpoint = self._joined.pop(conn.addr, None)
         if endpoint is not None:
             endpoint.connections.pop(conn.addr, None)
             endpoint.switch.disconnect(conn.addr)
@@ -212,14 +218,9 @@ class WebSocketService:
 
     # --- rooms ----------------------------------------------------------------------------
 
-    def _room_of(self, conn: Connection) -> IpxEndpoint | None:
-        if conn.room == self.config.websocket.bridge_room and self.ipx.endpoint is not None:
-            return self.ipx.endpoint
-        return self.rooms.get(conn.room)
-
     def _endpoint(self, room: str) -> IpxEndpoint:
         """The room's endpoint, made when its first connection joins."""
-        if room == self.config.websocket.bridge_room and self.ipx.endpoint is not None:
+        if room == self.bridge_room and self.ipx.endpoint is not None:
             return self.ipx.endpoint
         endpoint = self.rooms.get(room)
         if endpoint is None:
@@ -271,7 +272,7 @@ class WebSocketService:
         listener = self.listener
         if listener is None:
             return WebSocketSnapshot()
-        bridge_room = self.config.websocket.bridge_room
+        bridge_room = self.bridge_room
         open_by: Counter[str] = Counter(
             "bridge" if c.room == bridge_room else "other" for c in listener.connections.values()
         )
@@ -293,7 +294,7 @@ class WebSocketService:
         now = self._loop.time()
         out: list[dict[str, Any]] = []
         for conn in listener.connections.values():
-            endpoint = self._room_of(conn)
+            endpoint = self._joined.get(conn.addr)
             client = endpoint.switch.clients.get(conn.addr) if endpoint is not None else None
             item: dict[str, Any] = {
                 "kind": "browser",
@@ -313,7 +314,7 @@ class WebSocketService:
         if listener is None:
             return out
         for conn in listener.connections.values():
-            endpoint = self._room_of(conn)
+            endpoint = self._joined.get(conn.addr)
             if endpoint is None:
                 continue
             endpoint.settle_books()

@@ -321,6 +321,7 @@ class WebSocketListener:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._outbox: Outbox | None = None
         self._log = RateLimiter(rate=2.0, burst=20)  # refusals
+        self._all_gone = asyncio.Event()  # set when the last connection has gone
 
     @property
     def scheme(self) -> str:
@@ -357,6 +358,10 @@ class WebSocketListener:
             self._server.close()
         for conn in list(self.connections.values()):
             self.close(conn, "shutdown", "server shutdown", code=CLOSE_GOING_AWAY, quiet=True)
+        if self.connections:  # their close frames go, and their rooms hear it (1 s at most)
+            self._all_gone.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._all_gone.wait(), 1.0)
         if self._server is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
@@ -477,6 +482,8 @@ class WebSocketListener:
             return
         self.closed[reason] += 1
         self.rooms.leave(conn, reason)
+        if not self.connections:
+            self._all_gone.set()
 
 
 class _Link(asyncio.Protocol):
