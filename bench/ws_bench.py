@@ -81,6 +81,8 @@ from benchlib.bridge import Process, spawn
 from benchlib.netns import exit_on_signals, inside, namespaces
 from benchlib.procstat import CLK_TCK, cpu_seconds, rss_kib
 
+from ipxbridge.wire.ipx import HEADER_LEN, build_packet
+
 JsonDict = dict[str, Any]
 
 HOST: Final = "127.0.0.1"
@@ -107,8 +109,7 @@ WS_GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 # ---------------------------------------------------------------------------------------------
 # IPX packets (docs/protocols.md 4): a 30-byte header, big-endian
 # ---------------------------------------------------------------------------------------------
-IPX_HEADER: Final = struct.Struct(">HHBB4s6sH4s6sH")  # checksum length tc type dst... src...
-IPX_LEN: Final = IPX_HEADER.size
+IPX_LEN: Final = HEADER_LEN
 ECHO_SOCKET: Final = 2
 GAME_SOCKET: Final = 0x4545
 BROADCAST_NODE: Final = b"\xff" * 6
@@ -138,21 +139,17 @@ def ipx_packet(
     src_net: bytes = ZERO_NET,
     ptype: int = 0,
 ) -> bytes:
-    """An IPX packet, checksum 0xffff, length covering header and payload."""
-    return (
-        IPX_HEADER.pack(
-            0xFFFF,
-            IPX_LEN + len(payload),
-            0,
-            ptype,
-            dst_net,
-            dst_node,
-            dst_socket,
-            src_net,
-            src_node,
-            src_socket,
-        )
-        + payload
+    """An IPX packet, checksum 0xffff, length covering header and payload (the bridge's own
+    codec, ``ipxbridge.wire.ipx.build_packet``)."""
+    return build_packet(
+        dst_net=dst_net,
+        dst_node=dst_node,
+        dst_socket=dst_socket,
+        src_net=src_net,
+        src_node=src_node,
+        src_socket=src_socket,
+        packet_type=ptype,
+        payload=payload,
     )
 
 
