@@ -168,7 +168,10 @@ class RelayService:
             "broadcast relay on udp ports %s, source mode %s, copies made by %s",
             ", ".join(map(str, cfg.ports)),
             mode.source_mode,
-            "the kernel (nftables fast path)" if mode.fast_path else "ipxbridge",
+            "the kernel (nftables fast path), except for DirectPlay 4 messages and DirectPlay 8 "
+            "enumerations, which ipxbridge checks and copies itself"
+            if mode.fast_path
+            else "ipxbridge",
         )
 
     async def stop(self) -> None:
