@@ -680,7 +680,3 @@ class KernelFanout:
             if res is not None and raw is not None:
                 self.fold(raw, table_handle(res.stdout))
         return self.counts()
-
-    def copies_by_egress(self) -> dict[str, int]:
-        """Packets each egress has been sent by the kernel, from the rule counters."""
-        return self.read().copies

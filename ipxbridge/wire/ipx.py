@@ -257,16 +257,6 @@ def rfc1234_node(ip: str) -> bytes:
     return b"\x00\x00" + ipaddress.IPv4Address(ip).packed
 
 
-def format_node(node: bytes) -> str:
-    """Render a node as colon-separated hex, the form IPX tools print."""
-    return node.hex(":")
-
-
-def format_net(net: bytes) -> str:
-    """Render a network number as 8 hex digits."""
-    return net.hex()
-
-
 # --- DOSBox protocol control packets (docs/protocols.md section 4) -----------------------------
 
 
