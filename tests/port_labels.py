@@ -24,7 +24,9 @@ PARTIAL = frozenset(
         "ipxbridge_interface_info",
     }
 )
-IPX_KINDS = frozenset({"dosbox", "peer", "uplink", "ethernet", "ipxwrapper", "rfc1234"})
+IPX_KINDS = frozenset(
+    {"dosbox", "peer", "uplink", "ethernet", "ipxwrapper", "rfc1234", "websocket"}
+)
 RELAY_KIND = "relay"
 
 

@@ -160,6 +160,7 @@ def test_every_family_names_a_port_with_the_same_labels(net: Netns, workdir: Pat
             *(("dosbox", "tunnel"), ("peer", "tunnel"), ("uplink", "tunnel")),
             *(("ethernet", "seg0"), ("ipxwrapper", "seg0"), ("rfc1234", "seg0")),
             ("ethernet", "seg9"),
+            *(("websocket", "bridge"), ("websocket", "rooms")),  # browser players, on by default
         }
         assert ports["ipxbridge_interface_up", ""] == {
             ("relay", "lan"),

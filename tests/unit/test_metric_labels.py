@@ -76,6 +76,7 @@ def _snapshot() -> BridgeSnapshot:
         counters=counters,
         ports=(("ethernet", "eth0", 1, 0), ("ipxwrapper", "eth0", 0, 0)),
         ports_down=(("rfc1234", "eth1"),),
+        websocket_ports=(("websocket", "bridge"), ("websocket", "rooms")),
     )
     plan = (
         Egress(2, "lan0", "lan", "10.0.0.1", "10.0.0.255"),
@@ -102,6 +103,7 @@ def test_every_family_names_each_port_with_the_same_labels() -> None:
     by_family = ports_by_family(families(text))
     tunnel = {("dosbox", "tunnel"), ("peer", "tunnel"), ("uplink", "tunnel")}
     interface_ports = {("ethernet", "eth0"), ("ipxwrapper", "eth0"), ("rfc1234", "eth1")}
+    interface_ports |= {("websocket", "bridge"), ("websocket", "rooms")}  # browser players
     relay_ports = {("relay", "lan0"), ("relay", "wg0"), ("relay", "lan1")}
     assert by_family["ipxbridge_ipx_port_up", ""] == tunnel | interface_ports
     assert by_family["ipxbridge_sent_copies", "ipx"] == tunnel | interface_ports
