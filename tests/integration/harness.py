@@ -338,10 +338,15 @@ class Client:
         """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            data, _ = self.sock.recvfrom(70_000)
+            # The probe goes on the bridge's once-a-second tick, so up to 2 s after
+            # registration: the socket's own 2 s timeout is no deadline here.
+            try:
+                data, _ = self.sock.recvfrom(70_000)
+            except TimeoutError:
+                continue
             if self._answer_ping(ipx.parse_header(data)):
                 return
-        raise TimeoutError("no keepalive from the bridge")
+        raise TimeoutError(f"no keepalive from the bridge within {timeout} s")
 
     def receive(self, sock: int = 0x4545) -> tuple[ipx.IpxHeader, bytes]:
         """Next packet on the data socket (pings are answered, other sockets skipped)."""
