@@ -282,11 +282,7 @@ ipx:
 def test_ipx_interfaces_errors_name_file_line_and_entry(
     tmp_path: Path, text: str, expected: list[str]
 ) -> None:
-    path = tmp_path / "ipx.yaml"
-    errors = sorted(errors_in(path, text), key=lambda e: int(e.split(":")[1]))
-    assert len(errors) == len(expected), errors
-    for line, want in zip(errors, expected, strict=True):
-        assert line.startswith(f"{path}:{want}"), (line, want)
+    assert_errors_in_order(tmp_path / "ipx.yaml", text, expected)
 
 
 def test_ipx_interfaces_good_and_from_the_environment() -> None:
@@ -513,6 +509,15 @@ def test_the_embedded_yaml_and_the_model_give_every_default_alike() -> None:
     assert unshown == NOT_IN_EMBEDDED_YAML
 
 
+def assert_errors_in_order(path: Path, text: str, expected: list[str]) -> None:
+    """``text`` written to ``path`` fails with exactly ``expected``, by line: each error
+    starts with ``PATH:LINE: key: ...`` as given."""
+    errors = sorted(errors_in(path, text), key=lambda e: int(e.split(":")[1]))
+    assert len(errors) == len(expected), errors
+    for line, want in zip(errors, expected, strict=True):
+        assert line.startswith(f"{path}:{want}"), (line, want)
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -541,11 +546,7 @@ def test_the_embedded_yaml_and_the_model_give_every_default_alike() -> None:
 def test_websocket_errors_name_file_line_and_key(
     tmp_path: Path, text: str, expected: list[str]
 ) -> None:
-    path = tmp_path / "ws.yaml"
-    errors = sorted(errors_in(path, text), key=lambda e: int(e.split(":")[1]))
-    assert len(errors) == len(expected), errors
-    for line, want in zip(errors, expected, strict=True):
-        assert line.startswith(f"{path}:{want}"), (line, want)
+    assert_errors_in_order(tmp_path / "ws.yaml", text, expected)
 
 
 def test_websocket_certificate_without_key_is_refused(tmp_path: Path) -> None:
