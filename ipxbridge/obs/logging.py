@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Final
 
+from ipxbridge.policy.bucket import TokenBucket
+
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -47,21 +49,15 @@ class RateLimiter:
     (docs/reliability.md R3: logs at most about one line per second per reason).
     """
 
-    __slots__ = ("_stamp", "_tokens", "burst", "rate", "suppressed")
+    __slots__ = ("_bucket", "suppressed")
 
     def __init__(self, rate: float = 1.0, burst: int = 10) -> None:
-        self.rate = rate
-        self.burst = burst
-        self._tokens = float(burst)
-        self._stamp = 0.0
+        self._bucket = TokenBucket(rate, burst)
         self.suppressed = 0
 
     def allow(self, now: float) -> bool:
         """Take a token if one is available; count the line as suppressed otherwise."""
-        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
-        self._stamp = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
+        if self._bucket.take(now):
             return True
         self.suppressed += 1
         return False

@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
+from ipxbridge.policy.bucket import TokenBucket
 from ipxbridge.policy.ports import Address, Port, Segment
-from ipxbridge.policy.uplink import Bucket
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ipx import (
     MAX_BEACON_PEERS,
@@ -135,7 +135,7 @@ class SegmentBridges:
         # first asked: a segment packet asks once, not once per bridge heard
         self._senders: dict[Segment, dict[object, bytes]] = {}
         self._next_beacon = 0.0
-        self._answers = Bucket(1 / BEACON_ANSWER_GAP, ANSWER_BURST, ANSWER_BURST, 0.0)
+        self._answers = TokenBucket(1 / BEACON_ANSWER_GAP, ANSWER_BURST)
 
     # --- membership ------------------------------------------------------------------------
 

@@ -10,8 +10,8 @@ any address as a client. The bridge once sent such a client no more bytes than i
 itself; that held the reflection at 1:1, but a real player that only listens never sends
 (a DOSBox client is silent after ``ipxnet connect`` until its program speaks, a DirectPlay
 host behind IPXWrapper is silent until it is enumerated: docs/protocols.md 4.4 and 6), so it
-heard nothing. Now every byte toward an unproven address is held to two token buckets that
-must both allow it:
+heard nothing. Now every byte toward an unproven address is held to two token buckets
+(``policy/bucket.py``) that must both allow it:
 
 * **per destination IPv4 address** (``address_rate``, ``address_burst``), whatever its
   ports: what a stranger can aim at one victim, however many registrations it spoofs from
@@ -29,6 +29,8 @@ sources cannot win a fresh burst by pushing a bucket out.
 
 from collections import Counter, OrderedDict
 from typing import Final
+
+from ipxbridge.policy.bucket import TokenBucket
 
 # Per-address buckets kept: 10,000 spoofed sources fit (docs/reliability.md R26).
 MAX_ADDRESSES: Final = 16_384
@@ -56,7 +58,6 @@ class ReflectionLimit:
     __slots__ = (
         "_addresses",
         "_total",
-        "_total_at",
         "address_burst",
         "address_rate",
         "max_addresses",
@@ -85,10 +86,9 @@ class ReflectionLimit:
         self.total_rate = total_rate
         self.total_burst = total_burst
         self.max_addresses = max_addresses
-        # ip -> [tokens, when last topped up]; order = last use, oldest first
-        self._addresses: OrderedDict[str, list[float]] = OrderedDict()
-        self._total = float(total_burst)
-        self._total_at = now
+        # ip -> its bucket; order = last use, oldest first
+        self._addresses: OrderedDict[str, TokenBucket] = OrderedDict()
+        self._total = TokenBucket(total_rate, total_burst, now)
         self.sent_bytes = 0
         self.sent_packets = 0
         self.refused: Counter[tuple[str, str]] = Counter()
@@ -104,9 +104,9 @@ class ReflectionLimit:
         self.address_burst = address_burst
         self.total_rate = total_rate
         self.total_burst = total_burst
-        self._total = min(self._total, float(total_burst))
+        self._total.resize(total_rate, total_burst)
         for bucket in self._addresses.values():
-            bucket[0] = min(bucket[0], float(address_burst))
+            bucket.resize(address_rate, address_burst)
 
     def check(self, ip: str, size: int, now: float, reserve: int = 0) -> str | None:
         """The bound that would refuse ``size`` bytes to ``ip`` now, or None; spends nothing.
@@ -115,8 +115,7 @@ class ReflectionLimit:
         a probe and a registration reply, so a client kept busy can still prove itself).
         """
         size += reserve
-        total = _refilled(self._total, self._total_at, now, self.total_rate, self.total_burst)
-        if total < size:
+        if self._total.level(now) < size:
             return BOUND_TOTAL
         bucket = self._addresses.get(ip)
         if bucket is None:
@@ -124,25 +123,20 @@ class ReflectionLimit:
                 return BOUND_ADDRESS
             tokens = float(self.address_burst)
         else:
-            tokens = _refilled(bucket[0], bucket[1], now, self.address_rate, self.address_burst)
+            tokens = bucket.level(now)
         return BOUND_ADDRESS if tokens < size else None
 
     def spend(self, ip: str, size: int, now: float) -> None:
         """Book ``size`` bytes sent to ``ip`` (after ``check`` said yes)."""
-        self._total = (
-            _refilled(self._total, self._total_at, now, self.total_rate, self.total_burst) - size
-        )
-        self._total_at = max(self._total_at, now)
+        self._total.spend(now, size)
         addresses = self._addresses
         bucket = addresses.pop(ip, None)
         if bucket is None:
             if len(addresses) >= self.max_addresses:
                 addresses.popitem(last=False)  # refilled: ``_room`` checked it
-            tokens = float(self.address_burst)
-        else:
-            tokens = _refilled(bucket[0], bucket[1], now, self.address_rate, self.address_burst)
-            now = max(now, bucket[1])
-        addresses[ip] = [tokens - size, now]
+            bucket = TokenBucket(self.address_rate, self.address_burst, now)
+        bucket.spend(now, size)
+        addresses[ip] = bucket
         self.sent_bytes += size
         self.sent_packets += 1
 
@@ -164,31 +158,15 @@ class ReflectionLimit:
 
     def _room(self, now: float) -> bool:
         """Whether the least recently used bucket has refilled, so it may make room."""
-        bucket = next(iter(self._addresses.values()))
-        return (
-            _refilled(bucket[0], bucket[1], now, self.address_rate, self.address_burst)
-            >= self.address_burst
-        )
+        return next(iter(self._addresses.values())).full(now)
 
     def purge(self, now: float) -> int:
         """Forget buckets that have refilled (from the front); returns how many."""
         addresses = self._addresses
         removed = 0
-        rate, burst = self.address_rate, self.address_burst
         while addresses:
-            tokens, at = next(iter(addresses.values()))
-            if _refilled(tokens, at, now, rate, burst) < burst:
+            if not next(iter(addresses.values())).full(now):
                 break
             addresses.popitem(last=False)
             removed += 1
         return removed
-
-
-def _refilled(tokens: float, at: float, now: float, rate: float, burst: int) -> float:
-    """A bucket's tokens at ``now``: ``tokens`` at ``at`` plus ``rate`` since, up to ``burst``.
-
-    A ``now`` before ``at`` adds nothing (callers' clocks may be read a moment apart).
-    """
-    if now <= at:
-        return tokens
-    return min(float(burst), tokens + (now - at) * rate)

@@ -84,6 +84,7 @@ from enum import StrEnum
 from typing import Final, NamedTuple
 
 from ipxbridge.errors import StartupError
+from ipxbridge.policy.bucket import TokenBucket
 from ipxbridge.policy.dedup import LoopFilter
 from ipxbridge.policy.peers import EXPIRE_SECONDS, MAX_PER_INTERFACE, HeardPeers
 from ipxbridge.policy.topology import Interface, Topology, select
@@ -264,9 +265,9 @@ class EnumerationLimit:
     rate: float
     burst: int
     max_sources: int
-    # source -> (tokens, when last topped up); insertion order = least recently seen first
+    # source -> its bucket; insertion order = least recently seen first
     # (an OrderedDict: evicting the front is O(1), policy/dedup.py says why)
-    _buckets: OrderedDict[str, tuple[float, float]] = field(default_factory=OrderedDict)
+    _buckets: OrderedDict[str, TokenBucket] = field(default_factory=OrderedDict)
 
     def __len__(self) -> int:
         return len(self._buckets)
@@ -274,12 +275,11 @@ class EnumerationLimit:
     def allow(self, source: str, now: float) -> bool:
         """Spend one token of ``source``'s bucket; False when it has none."""
         buckets = self._buckets
-        tokens, updated = buckets.pop(source, (float(self.burst), now))
-        if now > updated:
-            tokens = min(float(self.burst), tokens + (now - updated) * self.rate)
-            updated = now
-        allowed = tokens >= 1
-        buckets[source] = (tokens - 1 if allowed else tokens, updated)
+        bucket = buckets.pop(source, None)
+        if bucket is None:
+            bucket = TokenBucket(self.rate, self.burst, now)
+        allowed = bucket.take(now)
+        buckets[source] = bucket
         if len(buckets) > self.max_sources:
             buckets.popitem(last=False)
         return allowed

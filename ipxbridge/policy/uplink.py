@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
+from ipxbridge.policy.bucket import TokenBucket
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.uplink import (
     CLOSE_CONNECTION,
@@ -76,26 +77,6 @@ HANDSHAKE_OUTCOMES: Final[tuple[str, ...]] = (
 )
 
 
-@dataclass
-class Bucket:
-    """A token bucket in replies (the clock passed in)."""
-
-    rate: float
-    burst: float
-    tokens: float
-    updated: float
-
-    def take(self, now: float) -> bool:
-        """Spend one token if there is one."""
-        elapsed = max(0.0, now - self.updated)
-        self.tokens = min(self.burst, self.tokens + elapsed * self.rate)
-        self.updated = now
-        if self.tokens < 1:
-            return False
-        self.tokens -= 1
-        return True
-
-
 @dataclass(frozen=True)
 class UplinkServerSettings:
     """Bounds of the server side (times in seconds)."""
@@ -122,7 +103,7 @@ class ServerSession:
     started: float
     last_heard: float
     last_sent: float
-    bucket: Bucket
+    bucket: TokenBucket  # its handshake replies
     authenticated: bool = False
     client_challenge: bytes = b""
 
@@ -170,7 +151,7 @@ class UplinkServer:
         self._random = random_bytes
         self.sessions: dict[Address, ServerSession] = {}
         self._pending: OrderedDict[Address, None] = OrderedDict()  # oldest first
-        self._global: Bucket | None = None
+        self._global: TokenBucket | None = None
         self.handshakes: Counter[str] = Counter()  # outcome -> count
         self.held: Counter[str] = Counter()  # replies not sent, by reason
         self.evictions: Counter[tuple[str, str]] = Counter() if evictions is None else evictions
@@ -198,9 +179,7 @@ class UplinkServer:
             reason = "uplink_rate_limited"
         else:
             if self._global is None:
-                self._global = Bucket(
-                    cfg.global_reply_rate, cfg.global_reply_burst, cfg.global_reply_burst, now
-                )
+                self._global = TokenBucket(cfg.global_reply_rate, cfg.global_reply_burst, now)
             if self._global.take(now):
                 session.last_sent = now
                 return (packet,)
@@ -252,7 +231,7 @@ class UplinkServer:
             now,
             now,
             now,
-            Bucket(cfg.reply_rate, cfg.reply_burst, cfg.reply_burst, now),
+            TokenBucket(cfg.reply_rate, cfg.reply_burst, now),
         )
         self.sessions[src] = session
         self._pending[src] = None
