@@ -49,11 +49,10 @@ from ipxbridge.policy.switch import (
     PortKind,
     Segment,
     SwitchSettings,
-    address_node,
-    keyed_nodes,
 )
 from ipxbridge.policy.topology import Topology
 from ipxbridge.policy.uplink import UplinkClient, UplinkServer
+from ipxbridge.wire.ipx import address_node, keyed_nodes
 from ipxbridge.wire.ipxwrapper import IPXWRAPPER_UDP_PORT
 
 logger = logging.getLogger(__name__)

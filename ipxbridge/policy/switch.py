@@ -195,7 +195,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from hashlib import sha256
 from ipaddress import IPv4Address, IPv4Network
 from typing import Final, Literal, NamedTuple
 
@@ -211,20 +210,19 @@ from ipxbridge.wire.ipx import (
     BROADCAST_NODE,
     DEFAULT_FILTERED_SOCKETS,
     HEADER_LEN,
-    KEYED_NODE_PREFIX,
     MAX_HOPS,
     SOCKET_BEACON,
     ZERO_NET,
     ZERO_NODE,
     IpxHeader,
-    build_packet,
+    address_node,
+    build_broadcast,
     build_ping,
     build_ping_reply,
     build_registration_reply,
-    dosbox_node,
     forgiven,
     is_beacon,
-    keyed_node,
+    keyed_nodes,
     parse_header,
     rfc1234_node,
     with_dst_net,
@@ -417,40 +415,6 @@ PROOF_WAIT: Final = 1.0
 # Copies to an unproven address leave this much of its reflection limit for a probe and a
 # registration reply, so a client kept busy by broadcasts can still prove itself.
 COPY_RESERVE: Final = 2 * HEADER_LEN
-
-
-def broadcast_from(src_node: bytes, dst_socket: int, src_socket: int, payload: bytes) -> bytes:
-    """A broadcast IPX packet from ``src_node``."""
-    return build_packet(
-        dst_node=BROADCAST_NODE,
-        dst_socket=dst_socket,
-        src_node=src_node,
-        src_socket=src_socket,
-        payload=payload,
-    )
-
-
-def address_node(addr: Address) -> bytes:
-    """The DOSBox convention (``node_assignment: address``): IPv4 address + UDP port.
-
-    A WebSocket connection's address carries its TCP port above the UDP range
-    (``ports.CONNECTION_PORT_BASE``): its node is the IPv4 address and the TCP port, as the
-    reference js-dos server gives (docs/protocols.md 3.10). An IPv6 player's has no IPv4
-    address: 02 and a hash of its address and port, as predictable as the convention.
-    """
-    ip, port = addr[0], addr[1] & 0xFFFF
-    if ":" in ip:
-        return KEYED_NODE_PREFIX + sha256(f"{ip}:{port}".encode()).digest()[:5]
-    return dosbox_node(ip, port)
-
-
-def keyed_nodes(key: bytes) -> Callable[[Address], bytes]:
-    """``node_for`` with keyed nodes (``node_assignment: keyed``, rule 2)."""
-
-    def node_for(addr: Address) -> bytes:
-        return keyed_node(key, addr[0], addr[1])
-
-    return node_for
 
 
 def _drop(reason: str) -> Decision:
@@ -1317,14 +1281,14 @@ class IpxSwitch:
         """
         out: list[tuple[bytes, Port]] = []
         for client in self.clients.values():
-            packet = broadcast_from(client.server_node, dst_socket, src_socket, payload)
+            packet = build_broadcast(client.server_node, dst_socket, src_socket, payload)
             if not client.verified and not self.reflection.allow(
                 client.addr[0], len(packet), now, "dplay_probe"
             ):
                 continue
             out.append((packet, client.addr))
         if self.segments:
-            packet = broadcast_from(self.bridge_id, dst_socket, src_socket, payload)
+            packet = build_broadcast(self.bridge_id, dst_socket, src_socket, payload)
             out += [(packet, segment) for segment in self.segments]
         return out
 

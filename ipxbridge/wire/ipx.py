@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import ipaddress
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
@@ -252,6 +253,30 @@ def keyed_node(key: bytes, ip: str, port: int) -> bytes:
     return KEYED_NODE_PREFIX + hmac.digest(key, f"{ip}:{port}".encode(), "sha256")[:5]
 
 
+def keyed_nodes(key: bytes) -> Callable[[tuple[str, int]], bytes]:
+    """The switch's ``node_for`` with keyed nodes (``node_assignment: keyed``)."""
+
+    def node_for(addr: tuple[str, int]) -> bytes:
+        return keyed_node(key, addr[0], addr[1])
+
+    return node_for
+
+
+def address_node(addr: tuple[str, int]) -> bytes:
+    """The DOSBox convention (``node_assignment: address``): IPv4 address + UDP port.
+
+    A WebSocket connection's address carries its TCP port above the UDP range
+    (``policy/ports.CONNECTION_PORT_BASE``): its node is the IPv4 address and the TCP
+    port, as the reference js-dos server gives (docs/protocols.md 3.10). An IPv6 player's
+    has no IPv4 address: 02 and a hash of its address and port, as predictable as the
+    convention.
+    """
+    ip, port = addr[0], addr[1] & 0xFFFF
+    if ":" in ip:
+        return KEYED_NODE_PREFIX + hashlib.sha256(f"{ip}:{port}".encode()).digest()[:5]
+    return dosbox_node(ip, port)
+
+
 def rfc1234_node(ip: str) -> bytes:
     """RFC 1234 host number: ``00 00`` followed by the IPv4 address."""
     return b"\x00\x00" + ipaddress.IPv4Address(ip).packed
@@ -304,6 +329,17 @@ def build_ping_reply(pinger_node: bytes, own_node: bytes) -> bytes:
     """The unicast answer to a ping, as a DOSBox client sends it (docs/protocols.md 4.5)."""
     return build_packet(
         dst_node=pinger_node, dst_socket=SOCKET_ECHO, src_node=own_node, src_socket=SOCKET_ECHO
+    )
+
+
+def build_broadcast(src_node: bytes, dst_socket: int, src_socket: int, payload: bytes) -> bytes:
+    """A broadcast IPX packet from ``src_node`` (the bridge's own probes)."""
+    return build_packet(
+        dst_node=BROADCAST_NODE,
+        dst_socket=dst_socket,
+        src_node=src_node,
+        src_socket=src_socket,
+        payload=payload,
     )
 
 

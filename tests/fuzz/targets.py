@@ -60,13 +60,13 @@ from ipxbridge.policy.switch import (
     Outcome,
     Port,
     SwitchSettings,
-    keyed_nodes,
 )
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ethernet, ipx, ipxwrapper
 from ipxbridge.wire import websocket as ws
 from ipxbridge.wire.dplay8 import is_dp8_port
 from ipxbridge.wire.errors import WIRE_REASONS, WireError
+from ipxbridge.wire.ipx import keyed_nodes
 from ipxbridge.wire.pcap import PCAP_REASONS, PcapError
 from tests.unit.vectors import VECTORS_INTERFACES, VECTORS_PCAP, load_vectors
 

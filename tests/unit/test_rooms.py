@@ -16,11 +16,10 @@ from ipxbridge.policy.switch import (
     IpxSwitch,
     Outcome,
     SwitchSettings,
-    address_node,
-    keyed_nodes,
 )
 from ipxbridge.wire import ipx
 from ipxbridge.wire import websocket as ws
+from ipxbridge.wire.ipx import address_node, keyed_nodes
 from ipxbridge.wire.websocket import binary_frame
 from tests.fuzz.targets import client_frame
 

@@ -12,10 +12,9 @@ from ipxbridge.policy.switch import (
     IpxSwitch,
     Outcome,
     SwitchSettings,
-    address_node,
-    keyed_nodes,
 )
 from ipxbridge.wire import ipx
+from ipxbridge.wire.ipx import address_node, keyed_nodes
 
 SERVER_NODE = ipx.dosbox_node("10.0.0.1", 213)  # the bridge's own node stays IPv4 + port
 KEY = bytes(range(32))  # a fixed node key, so nodes are the same in every run

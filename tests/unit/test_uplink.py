@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from ipxbridge.app.ipx import uplink_client_passwords, uplink_server_password
 from ipxbridge.config import ConfigError, load_config
 from ipxbridge.errors import StartupError
-from ipxbridge.policy.switch import Address, IpxSwitch, Outcome, SwitchSettings, keyed_nodes
+from ipxbridge.policy.switch import Address, IpxSwitch, Outcome, SwitchSettings
 from ipxbridge.policy.uplink import (
     ClientState,
     UplinkClient,
@@ -31,6 +31,7 @@ from ipxbridge.policy.uplink import (
 )
 from ipxbridge.wire import ipx
 from ipxbridge.wire.errors import WireError
+from ipxbridge.wire.ipx import keyed_nodes
 from ipxbridge.wire.uplink import (
     UplinkMessage,
     build_control,
