@@ -31,7 +31,7 @@ from collections import OrderedDict
 from operator import itemgetter
 from typing import Generic, TypeVar
 
-from ipxbridge.policy.tables import purge_front
+from ipxbridge.policy.tables import check_window, purge_front
 
 PortT = TypeVar("PortT")
 
@@ -42,8 +42,7 @@ class DuplicateFilter(Generic[PortT]):
     __slots__ = ("_entries", "max_entries", "window")
 
     def __init__(self, window: float, max_entries: int = 65_536) -> None:
-        if window < 0 or max_entries < 1:
-            raise ValueError("window must be >= 0 and max_entries >= 1")
+        check_window(window, max_entries)
         self.window = window
         self.max_entries = max_entries
         # Insertion order is time order: records are re-inserted when refreshed.
@@ -94,8 +93,7 @@ class LoopFilter:
     __slots__ = ("_entries", "max_entries", "window")
 
     def __init__(self, window: float, max_entries: int = 65_536) -> None:
-        if window < 0 or max_entries < 1:
-            raise ValueError("window must be >= 0 and max_entries >= 1")
+        check_window(window, max_entries)
         self.window = window
         self.max_entries = max_entries
         # key -> (highest TTL, last seen), oldest first (module docstring)

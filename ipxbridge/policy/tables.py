@@ -44,6 +44,16 @@ class _Entry(Generic[V]):
         self.last = last
 
 
+def check_window(window: float, max_entries: int) -> None:
+    """The bounds of a table of recent records: a window of >= 0 s and room for one at least.
+
+    Raises:
+        ValueError: a negative ``window`` or a ``max_entries`` below 1 (local misuse).
+    """
+    if window < 0 or max_entries < 1:
+        raise ValueError("window must be >= 0 and max_entries >= 1")
+
+
 def purge_front(entries: "OrderedDict[K, V]", stamp: Callable[[V], float], older: float) -> int:
     """Pop the records at the front (oldest first) whose ``stamp`` is at or before ``older``.
 
@@ -198,8 +208,7 @@ class EgressGuard(Generic[P]):
 
     def __init__(self, window: float, max_entries: int = 65_536) -> None:
         """Raises ValueError for a negative window or fewer than one entry."""
-        if window < 0 or max_entries < 1:
-            raise ValueError("window must be >= 0 and max_entries >= 1")
+        check_window(window, max_entries)
         self.window = window
         self.max_entries = max_entries
         # key -> (last sent by its way, that way, ports sent to); order = time order
