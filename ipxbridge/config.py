@@ -33,8 +33,8 @@ from pydantic import (
 )
 
 from ipxbridge.errors import IpxbridgeError
-from ipxbridge.policy.peers import EXPIRE_SECONDS, MAX_PER_INTERFACE
 from ipxbridge.policy.relay import DEFAULT_RELAY_PORTS
+from ipxbridge.policy.relay_peers import EXPIRE_SECONDS, MAX_PER_INTERFACE
 from ipxbridge.policy.rooms import room_name
 from ipxbridge.wire.ipx import DEFAULT_FILTERED_SOCKETS, IPX_UDP_PORT
 from ipxbridge.wire.ipxwrapper import IPXWRAPPER_DEFAULT_NET

@@ -3,7 +3,7 @@
 Interface ports are native Ethernet, IPXWrapper and RFC 1234 segments.
 
 The interface ports follow the topology like the relay's egresses: the plan
-(``policy/ipx_ports.plan_ports``) is rebuilt on every netlink change and after each read of
+(``policy/port_plan.plan_ports``) is rebuilt on every netlink change and after each read of
 the WireGuard peers (off the loop), and the difference applied: a port whose interface
 vanished is closed, one on a re-created interface (new ifindex) is reopened, a new one is
 opened, and a UDP port whose addresses or peers changed takes the new plan in place.
@@ -20,28 +20,28 @@ from pathlib import Path
 from typing import Any, Final
 
 from ipxbridge import __version__, build
-from ipxbridge.app.unmatched import UnmatchedNames
-from ipxbridge.app.wgpeers import WireGuardPeers
+from ipxbridge.app.interface_warnings import UnmatchedNames
+from ipxbridge.app.vpn_peers import VpnPeers
 from ipxbridge.config import UPLINK_PASSWORD_ENV, Config, parse_host_port, resolve_ipv4
 from ipxbridge.errors import StartupError
+from ipxbridge.io.ipx_endpoint import IpxEndpoint, make_server_node_lookup, open_udp_socket
 from ipxbridge.io.netlink import TopologyWatcher
 from ipxbridge.io.nodekey import load_node_key
 from ipxbridge.io.segments import EthernetPort, IpxWrapperSocket, Rfc1234Port, SegmentPort
-from ipxbridge.io.udp import IpxEndpoint, make_server_node_lookup, open_udp_socket
 from ipxbridge.io.uplink import UplinkLink
 from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS
 from ipxbridge.obs.counters import IpxCounters, LatencyHistogram
 from ipxbridge.obs.logging import DROP_LOG_SECONDS, DropWatch
 from ipxbridge.obs.metrics import IpxSnapshot
+from ipxbridge.policy.connections import is_connection
 from ipxbridge.policy.dplay_inspect import Inspector
-from ipxbridge.policy.ipx_ports import (
+from ipxbridge.policy.port_plan import (
     IpxInterface,
     PortPlan,
     Skipped,
     SourceIndex,
     plan_ports,
 )
-from ipxbridge.policy.ports import is_connection
 from ipxbridge.policy.relay import wireguard_reads
 from ipxbridge.policy.switch import (
     Address,
@@ -215,7 +215,7 @@ class IpxService:
         self.watcher: TopologyWatcher | None = None
         self.skipped: tuple[Skipped, ...] = ()
         self._ipxwrapper: IpxWrapperSocket | None = None
-        self._wg = WireGuardPeers(self._wireguard_names, self._replan, what="IPX interface ports")
+        self._wg = VpnPeers(self._wireguard_names, self._replan, what="IPX interface ports")
         self._next_peer_check = 0.0
         self._logged_plan: tuple[str, ...] | None = None
         self._unmatched = UnmatchedNames("IPX interface ports (--ipx-iface, ipx.interfaces)")

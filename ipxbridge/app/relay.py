@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple, Unpack
 
-from ipxbridge.app.unmatched import UnmatchedNames
-from ipxbridge.app.wgpeers import WireGuardPeers
+from ipxbridge.app.interface_warnings import UnmatchedNames
+from ipxbridge.app.vpn_peers import VpnPeers
 from ipxbridge.config import Config
 from ipxbridge.errors import StartupError
 from ipxbridge.io.netlink import TopologyWatcher
@@ -93,7 +93,7 @@ class RelayService:
         self._selections = selections(config)
         self._unmatched = UnmatchedNames("relay interfaces (--iface, relay.interfaces)")
         # WireGuard peers by interface, as last read off the loop; one worker.
-        self._wg = WireGuardPeers(
+        self._wg = VpnPeers(
             self._wireguard_names, self._replan, what="relay plan", openvpn=self._openvpn_files
         )
         self._planning = False  # set once the first plan (with peers) is in place

@@ -20,7 +20,7 @@ from ipxbridge.app.websocket import WebSocketService
 from ipxbridge.config import Config
 from ipxbridge.io.segments import EthernetPort
 from ipxbridge.obs.history import ClientBooks, EventLog, Tracked, TrafficHistory
-from ipxbridge.policy.ipx_ports import PortPlan, Skipped
+from ipxbridge.policy.port_plan import PortPlan, Skipped
 from ipxbridge.policy.sessions import players_text, stale_after, status_text
 from ipxbridge.policy.switch import Client, IpxSwitch, Peer, PortKind, Segment
 
@@ -120,7 +120,7 @@ class StatusService:
             events, self.websocket.events = self.websocket.events, []
             for why, addr, _room in events:
                 if why != "joined":
-                    ip, port = addr[0], addr[1] & 0xFFFF  # ports.connection_address
+                    ip, port = addr[0], addr[1] & 0xFFFF  # connections.connection_address
                     self.books.note_reason(f"browser||{ip}:{port}", why)
         while self.tap:
             source, kind, addr = self.tap.popleft()
@@ -138,7 +138,7 @@ class StatusService:
             rows += self.websocket.clients_json()
             browsers = self.websocket.books()
         if endpoint is not None:
-            endpoint.settle_books()  # copies owed to the clients' books (io/udp.py)
+            endpoint.settle_books()  # copies owed to the clients' books (io/ipx_endpoint.py)
             switch = endpoint.switch
             booked: list[Client | Peer] = [*switch.clients.values(), *switch.peers.values()]
             for c in booked:
@@ -256,7 +256,7 @@ class StatusService:
     def _host_client(host: str, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
         """The connected client or station that hosts a session found over IPX.
 
-        Only an exact IPX node counts (``net.node:socket``, io/udp.ipx_host): a session
+        Only an exact IPX node counts (``net.node:socket``, io/ipx_endpoint.ipx_host): a session
         found over UDP names its host's IP, and guessing which of that IP's programs hosts
         it would be a guess, so the page shows that address instead.
         """

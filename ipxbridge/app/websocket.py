@@ -17,7 +17,7 @@ from typing import Any, Final
 from ipxbridge.app.ipx import IpxService, client_nodes, switch_settings
 from ipxbridge.config import WEBSOCKET_PORT, Config, parse_host_port
 from ipxbridge.errors import StartupError
-from ipxbridge.io.udp import IpxEndpoint
+from ipxbridge.io.ipx_endpoint import IpxEndpoint
 from ipxbridge.io.websocket import (
     Connection,
     ListenerSettings,

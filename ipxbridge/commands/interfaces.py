@@ -27,7 +27,7 @@ interface Windows sends a game's 255.255.255.255 enumeration out of).
 
 **IPX interface ports** are shown the same way, from the same planner the IPX
 service runs: ``ipx.interfaces`` (or ``--ipx-iface NAME[:KIND,KIND]``, which replaces it as on
-``run``) and the same topology and WireGuard peers go through ``policy.ipx_ports.plan_ports``;
+``run``) and the same topology and WireGuard peers go through ``policy.port_plan.plan_ports``;
 each interface lists the ports planned there (kind, role, where broadcasts go, framing) and,
 for each kind that gets none, the planner's ``Skipped`` reason. Whether a port then opens
 (CAP_NET_RAW for ``ethernet``, UDP 54792 free for ``ipxwrapper``) is only known to ``run``.
@@ -67,7 +67,7 @@ from ipxbridge.config import (
     load_config,
     parse_host_port,
 )
-from ipxbridge.policy.ipx_ports import IpxInterface, PortPlan, Skipped, plan_ports
+from ipxbridge.policy.port_plan import IpxInterface, PortPlan, Skipped, plan_ports
 from ipxbridge.policy.relay import (
     LIMITED_BROADCAST,
     Egress,
@@ -280,7 +280,7 @@ def _peer_source(
     entry_peers: Sequence[str],
     wg: Mapping[str, Sequence[str]],
 ) -> str:
-    """Where an IPX p2p port's peers came from (policy/ipx_ports.plan_ports)."""
+    """Where an IPX p2p port's peers came from (policy/port_plan.plan_ports)."""
     if entry_peers:
         return "from the config"
     if iface.kind == "wireguard" and wg.get(iface.name):
@@ -361,7 +361,7 @@ def describe(
 ) -> Report:
     """The relay's plan (``policy.relay.build_plan``) and every interface's part in it.
 
-    With ``ipx`` entries, also the IPX interface ports ``policy.ipx_ports.plan_ports`` plans
+    With ``ipx`` entries, also the IPX interface ports ``policy.port_plan.plan_ports`` plans
     for the same topology and peers, and why each selected kind gets none where it does not.
 
     Args:

@@ -8,7 +8,7 @@ adds others. A file is matched to an interface by its addresses: a client whose 
 address is in the interface's subnet is a peer there (``policy/relay.build_plan``).
 
 Reading is file I/O on the bridge's worker thread, with the WireGuard reads
-(``app/wgpeers.py``); a file that cannot be read is skipped (said once in the log), one
+(``app/vpn_peers.py``); a file that cannot be read is skipped (said once in the log), one
 larger than ``MAX_STATUS_BYTES`` is read only that far. Never raises.
 """
 

@@ -3,7 +3,7 @@
 Thin I/O (docs/architecture.md): each port turns what it reads into IPX packets for
 ``IpxEndpoint.ingest`` and turns the switch's targets back into frames or datagrams. Every
 decision is the switch's (``policy/switch.py`` rules 1-8) or the plan's
-(``policy/ipx_ports.py``).
+(``policy/port_plan.py``).
 
 * **Ethernet** (``EthernetPort``): one AF_PACKET socket per interface (CAP_NET_RAW). A
   classic BPF filter passes only the IPX EtherType and 802.3 length frames, so the other
@@ -73,7 +73,7 @@ from ipxbridge.io.bpf import attach_filter
 from ipxbridge.io.relay import IP_PKTINFO
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.policy.framings import FramingLearner
-from ipxbridge.policy.ipx_ports import PortPlan, SourceIndex
+from ipxbridge.policy.port_plan import PortPlan, SourceIndex
 from ipxbridge.policy.switch import Decision, Outcome, PortKind, Segment
 from ipxbridge.policy.tables import ProvenTable
 from ipxbridge.wire.errors import WireError
@@ -112,7 +112,7 @@ RFC1234_HOST: Final = b"\x00\x00"  # RFC 1234 host number: 00 00 + the host's IP
 
 
 class Sink(Protocol):
-    """What a port hands its packets to (``io/udp.IpxEndpoint``)."""
+    """What a port hands its packets to (``io/ipx_endpoint.IpxEndpoint``)."""
 
     counters: IpxCounters
 
@@ -584,7 +584,7 @@ class IpxWrapperSocket:
         self._sink = sink
         self.ports: dict[Segment, IpxWrapperPort] = {}
         self.own_ips: frozenset[str] = frozenset()
-        # Which port a source address belongs to (set with the plan, policy/ipx_ports.py).
+        # Which port a source address belongs to (set with the plan, policy/port_plan.py).
         self.sources: Callable[[str], Segment | None] = lambda _ip: None
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:

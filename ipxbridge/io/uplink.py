@@ -5,7 +5,7 @@ to the server, so NAT keeps one mapping and the kernel reports ICMP errors on it
 (docs/protocols.md 3.9). Control packets go to the state machine; once it is connected, data
 packets go to the switch (``IpxEndpoint.ingest_uplink``) with the server's address as the
 port, and the switch's copies for that port come back here (``IpxEndpoint.uplink_links``).
-Follows ``io/udp.py``: a bounded drain per wake-up, non-blocking sends counted by errno,
+Follows ``io/ipx_endpoint.py``: a bounded drain per wake-up, non-blocking sends counted by errno,
 nothing raised for remote input. One log line per state change, never one per packet.
 """
 
@@ -15,8 +15,8 @@ import logging
 import socket
 from typing import Final
 
+from ipxbridge.io.ipx_endpoint import MAX_PER_WAKEUP, UPLINK_LABEL, IpxEndpoint
 from ipxbridge.io.mmsg import RECV_BUFSIZE
-from ipxbridge.io.udp import MAX_PER_WAKEUP, UPLINK_LABEL, IpxEndpoint
 from ipxbridge.policy.switch import Address
 from ipxbridge.policy.uplink import UplinkClient
 from ipxbridge.wire.uplink import is_uplink_control

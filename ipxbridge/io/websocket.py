@@ -3,7 +3,7 @@
 js-dos, DOSBox compiled to WebAssembly, cannot send UDP, so it speaks the DOSBox IPX protocol
 over a WebSocket to ``ws[s]://HOST:1900/ipx/<room>``: one binary message is one IPX packet,
 the registration included (docs/protocols.md 4.10). Each connection is a client of a room's
-switch like a DOSBox client's UDP address (``policy/ports.connection_address``); the room
+switch like a DOSBox client's UDP address (``policy/connections.connection_address``); the room
 (``app/websocket.py``) switches what it sends and hands back the copies for it.
 
 A plain asyncio protocol on the codecs of ``wire/websocket.py``: the handshake, then every
@@ -42,7 +42,8 @@ from typing import Final, Protocol
 
 from ipxbridge.errors import StartupError
 from ipxbridge.obs.logging import RateLimiter
-from ipxbridge.policy.ports import Address, connection_address
+from ipxbridge.policy.connections import connection_address
+from ipxbridge.policy.ports import Address
 from ipxbridge.policy.rooms import room_name
 from ipxbridge.wire.websocket import (
     CLOSE_GOING_AWAY,

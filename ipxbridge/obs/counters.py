@@ -71,7 +71,8 @@ class IpxCounters:
         # Copies sent by every port, by (kind, interface); copies_sent is the tunnel's total.
         self.port_copies: Counter[tuple[str, str]] = Counter()
         # Copies a port could not carry, by (kind, interface, reason): frame_too_large,
-        # unproven_host, group_node (io/segments.py); internal_error (io/udp.IpxEndpoint.fault).
+        # unproven_host, group_node (io/segments.py); internal_error
+        # (io/ipx_endpoint.IpxEndpoint.fault).
         self.copies_dropped: Counter[tuple[str, str, str]] = Counter()
         # Entries pushed out of a bounded table, by (table, reason): learned nodes, framings,
         # bridges heard on a segment, port links (policy/tables.py).

@@ -32,9 +32,9 @@ from ipxbridge.policy.bridges import WATCH_OUTCOMES
 from ipxbridge.policy.budget import BOUND_ADDRESS, BOUND_TOTAL
 from ipxbridge.policy.flows import FLOW_EVICTION_REASONS, FLOW_REFUSAL_REASONS
 from ipxbridge.policy.pacing import READ_MODES
-from ipxbridge.policy.peers import HEARD_EVENTS
 from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
 from ipxbridge.policy.relay import RELAY_IO_DROP_REASONS, Egress
+from ipxbridge.policy.relay_peers import HEARD_EVENTS
 from ipxbridge.policy.rooms import REFUSALS
 from ipxbridge.policy.switch import POLICY_DROP_REASONS, UNVERIFIED_KINDS
 from ipxbridge.policy.uplink import HANDSHAKE_OUTCOMES, UPLINK_DROP_REASONS, ClientState
@@ -53,11 +53,11 @@ UPLINK_STATES: Final = (
 )
 # Every reason the relay path can give, exported from the start at 0 (policy/relay.py).
 RELAY_DROP_REASONS: Final = frozenset({*RELAY_POLICY_DROPS, *RELAY_IO_DROP_REASONS})
-# The ports of the tunnel's UDP socket, there whenever the IPX path is (io/udp.py).
+# The ports of the tunnel's UDP socket, there whenever the IPX path is (io/ipx_endpoint.py).
 TUNNEL_PORTS: Final = (("dosbox", TUNNEL), ("peer", TUNNEL), ("uplink", TUNNEL))
 # The ``kind`` of a relay port: its ``interface`` is the OS interface (docs/metrics.md).
 RELAY_KIND: Final = "relay"
-# Why a port could not carry a copy (io/segments.py, io/udp.py), each exported from 0.
+# Why a port could not carry a copy (io/segments.py, io/ipx_endpoint.py), each exported from 0.
 PORT_COPY_DROP_REASONS: Final = (
     "frame_too_large",
     "internal_error",
@@ -98,7 +98,7 @@ class RelaySnapshot:
     flow_evictions: dict[str, int] = field(default_factory=dict)
     flows_refused: dict[str, int] = field(default_factory=dict)
     # p2p peers in the plan by (interface, source: listed, wireguard, openvpn, heard,
-    # point_to_point), and the heard-peer table's events (policy/peers.py HEARD_EVENTS)
+    # point_to_point), and the heard-peer table's events (policy/relay_peers.py HEARD_EVENTS)
     peers: Mapping[tuple[str, str], int] = field(default_factory=dict)
     heard_peers: dict[str, int] = field(default_factory=dict)
 

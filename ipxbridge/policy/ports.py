@@ -1,8 +1,9 @@
 """The switch's ports: UDP addresses and interface segments.
 
-A UDP address is a DOSBox-protocol client, an RFC 1234 peer or an uplink (policy/switch.py);
-a segment is an interface spoken to in one encapsulation (rule 8's bridges live on
-segments: policy/bridges.py).
+A UDP address is a DOSBox-protocol client, an RFC 1234 peer or an uplink (policy/switch.py),
+or a browser player's WebSocket connection, named like one (policy/connections.py); a
+segment is an interface spoken to in one encapsulation (rule 8's bridges live on segments:
+policy/bridges.py).
 
 Pure types, in a module of their own so that the switch and the rule-8 module can both use
 them without importing each other.
@@ -12,21 +13,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 Address = tuple[str, int]
-
-# A WebSocket connection (a browser player, io/websocket.py) is a client of the switch like a
-# DOSBox one, at the address (its IP, CONNECTION_PORT_BASE + its TCP port): above every UDP
-# port, so no datagram can ever come from, or be taken for, a connection's address.
-CONNECTION_PORT_BASE = 1 << 16
-
-
-def connection_address(ip: str, tcp_port: int) -> Address:
-    """The switch's address for a WebSocket connection from ``ip:tcp_port``."""
-    return (ip, CONNECTION_PORT_BASE + tcp_port)
-
-
-def is_connection(addr: Address) -> bool:
-    """Whether ``addr`` names a WebSocket connection, not a UDP address."""
-    return addr[1] >= CONNECTION_PORT_BASE
 
 
 class PortKind(StrEnum):

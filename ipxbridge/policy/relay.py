@@ -23,7 +23,7 @@ order:
    * ``source_port_zero``: UDP source port 0 (RFC 768): nothing can answer it.
 
    A source that passes on a ``p2p`` ingress and is in that interface's own subnet is a
-   peer of the tunnel, remembered as one (``heard``, policy/peers.py; bounded, expiring).
+   peer of the tunnel, remembered as one (``heard``, policy/relay_peers.py; bounded, expiring).
 
    Linux drops loopback, multicast, limited-broadcast and own sources as martians before a
    socket sees them; the kernel fast path runs before that, so it needs these rules most.
@@ -86,7 +86,7 @@ from typing import Final, NamedTuple
 from ipxbridge.errors import StartupError
 from ipxbridge.policy.bucket import TokenBucket
 from ipxbridge.policy.dedup import LoopFilter
-from ipxbridge.policy.peers import EXPIRE_SECONDS, MAX_PER_INTERFACE, HeardPeers
+from ipxbridge.policy.relay_peers import EXPIRE_SECONDS, MAX_PER_INTERFACE, HeardPeers
 from ipxbridge.policy.topology import Interface, Topology, select
 from ipxbridge.wire.directplay import (
     DP4_ENUM_PORT,
@@ -254,7 +254,7 @@ class RelaySettings:
     enum_rate: float = 10.0  # enumerations per second and source IP (rule 9)
     enum_burst: int = 20
     enum_sources: int = 4096  # sources with a bucket; the least recently seen go first
-    heard_peers: int = MAX_PER_INTERFACE  # peers learned per p2p interface (policy/peers.py)
+    heard_peers: int = MAX_PER_INTERFACE  # peers learned per p2p interface (policy/relay_peers.py)
     heard_expiry: float = EXPIRE_SECONDS
 
 
@@ -408,7 +408,7 @@ class RelayPolicy:
         if src[1] == 0:
             return RelayDecision("source_port_zero")
         if on_link and egress_in.role == "p2p":
-            self.heard.hear(egress_in.name, src[0], now)  # a peer of the tunnel (peers.py)
+            self.heard.hear(egress_in.name, src[0], now)  # a peer of the tunnel (relay_peers.py)
         settings = self.settings
         marked = tos >> 2 == settings.dscp_mark
         if marked and (egress_in.role != "p2p" or not self._lan_out):
@@ -535,7 +535,7 @@ def peer_sources(
     there are any. Otherwise: WireGuard's /32 AllowedIPs (``wireguard``), the connected
     clients of an OpenVPN server whose virtual address is in the interface's subnet
     (``openvpn <status file>``), and the addresses of that subnet heard sending broadcasts
-    there (``heard``, policy/peers.py); with none of those, the point-to-point peer address
+    there (``heard``, policy/relay_peers.py); with none of those, the point-to-point peer address
     (``point-to-point``).
     """
     if sel.peers:

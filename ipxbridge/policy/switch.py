@@ -200,8 +200,9 @@ from typing import Final, Literal, NamedTuple
 
 from ipxbridge.policy.bridges import DeliveryWatch, SegmentBridges
 from ipxbridge.policy.budget import ReflectionLimit
+from ipxbridge.policy.connections import is_connection
 from ipxbridge.policy.dedup import DuplicateFilter
-from ipxbridge.policy.ports import Address, Port, PortKind, Segment, is_connection
+from ipxbridge.policy.ports import Address, Port, PortKind, Segment
 from ipxbridge.policy.tables import EgressGuard, ProvenTable
 from ipxbridge.policy.uplink import UplinkServer
 from ipxbridge.wire.errors import WireError
@@ -327,7 +328,7 @@ class Client:
     last_keepalive: float = 0.0
     nonce: bytes = ZERO_NODE  # source node of its probes; echoing it verifies (rule 2)
     # Its own books for the status page: plain ints, bumped where the datagram is handled
-    # anyway (received here in _from_client, sent copies by io/udp.py), nothing allocated.
+    # anyway (received here in _from_client, sent copies by io/ipx_endpoint.py), nothing allocated.
     rx_packets: int = 0
     rx_bytes: int = 0
     tx_packets: int = 0
@@ -675,7 +676,7 @@ class IpxSwitch:
         return targets
 
     def connect(self, addr: Address) -> None:
-        """A WebSocket connection opened from ``addr`` (``ports.connection_address``).
+        """A WebSocket connection opened from ``addr`` (``connections.connection_address``).
 
         Its address is proven by the TCP handshake, so it registers verified, outside the
         reflection limit, and stays while the connection is open: the listener's pings tell

@@ -266,7 +266,7 @@ def address_node(addr: tuple[str, int]) -> bytes:
     """The DOSBox convention (``node_assignment: address``): IPv4 address + UDP port.
 
     A WebSocket connection's address carries its TCP port above the UDP range
-    (``policy/ports.CONNECTION_PORT_BASE``): its node is the IPv4 address and the TCP
+    (``policy/connections.CONNECTION_PORT_BASE``): its node is the IPv4 address and the TCP
     port, as the reference js-dos server gives (docs/protocols.md 3.10). An IPv6 player's
     has no IPv4 address: 02 and a hash of its address and port, as predictable as the
     convention.

@@ -1,6 +1,6 @@
 """``ipxbridge interfaces``: what IPX does on each NIC, pure part.
 
-The command's IPX ports are ``policy.ipx_ports.plan_ports``'s for the same topology and
+The command's IPX ports are ``policy.port_plan.plan_ports``'s for the same topology and
 WireGuard peers (one plan, as for the relay): these tests compare against that function and
 check the words and JSON built from it.
 """
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from ipxbridge.commands.interfaces import describe, render_json, render_text
-from ipxbridge.policy.ipx_ports import IpxInterface, plan_ports
+from ipxbridge.policy.port_plan import IpxInterface, plan_ports
 from ipxbridge.policy.relay import Selection
 from ipxbridge.policy.switch import PortKind
 from tests.unit.test_topology import TOPO, WG_PEERS

@@ -1,4 +1,4 @@
-"""Which interface ports the IPX switch gets: ``policy/ipx_ports.plan_ports``.
+"""Which interface ports the IPX switch gets: ``policy/port_plan.plan_ports``.
 
 Topologies are built with the same helpers as the relay's tests (flags as this kernel
 reports them for veth, tun and wireguard-go devices: tests/unit/test_topology.py).
@@ -6,7 +6,7 @@ reports them for veth, tun and wireguard-go devices: tests/unit/test_topology.py
 
 import pytest
 
-from ipxbridge.policy.ipx_ports import (
+from ipxbridge.policy.port_plan import (
     IpxInterface,
     PortPlan,
     Skipped,

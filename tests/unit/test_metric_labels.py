@@ -12,7 +12,7 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from ipxbridge.io.udp import IpxEndpoint, open_udp_socket
+from ipxbridge.io.ipx_endpoint import IpxEndpoint, open_udp_socket
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.obs.metrics import (
     BridgeSnapshot,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ipxbridge.io import mmsg
-from ipxbridge.io.udp import IpxEndpoint, open_udp_socket
+from ipxbridge.io.ipx_endpoint import IpxEndpoint, open_udp_socket
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.policy.switch import IpxSwitch, SwitchSettings
 from tests.unit.test_switch_batches import BROADCAST, raw

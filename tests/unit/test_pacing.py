@@ -1,10 +1,10 @@
 """Read coalescing of the tunnel socket: the pure rules (policy/pacing.py) and the endpoint
-that follows them on a real socket in a real event loop (io/udp.py)."""
+that follows them on a real socket in a real event loop (io/ipx_endpoint.py)."""
 
 import asyncio
 import socket
 
-from ipxbridge.io.udp import IpxEndpoint, open_udp_socket
+from ipxbridge.io.ipx_endpoint import IpxEndpoint, open_udp_socket
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.policy.pacing import (
     ENTER_BATCH,

@@ -5,7 +5,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ipxbridge.commands.interfaces import HEARD_NOTE, NO_PEERS, describe
-from ipxbridge.policy.peers import HeardPeers
 from ipxbridge.policy.relay import (
     Egress,
     RelayPolicy,
@@ -17,6 +16,7 @@ from ipxbridge.policy.relay import (
     peer_sources,
     plan_peer_sources,
 )
+from ipxbridge.policy.relay_peers import HeardPeers
 from ipxbridge.policy.topology import Interface, InterfaceAddress, Topology
 from ipxbridge.wire.openvpn_status import client_addresses
 from tests.unit.test_relay_policy import iface

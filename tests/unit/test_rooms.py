@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from ipxbridge.io.websocket import client_ip
-from ipxbridge.policy.ports import CONNECTION_PORT_BASE, connection_address, is_connection
+from ipxbridge.policy.connections import CONNECTION_PORT_BASE, connection_address, is_connection
 from ipxbridge.policy.rooms import RoomLimits, RoomTable, room_name
 from ipxbridge.policy.switch import (
     IpxSwitch,

@@ -15,6 +15,7 @@ from typing import Any, cast
 import pytest
 
 from ipxbridge.io import segments
+from ipxbridge.io.ipx_endpoint import IpxEndpoint
 from ipxbridge.io.segments import (
     MAX_LINKS,
     EthernetPort,
@@ -22,10 +23,9 @@ from ipxbridge.io.segments import (
     IpxWrapperSocket,
     Rfc1234Port,
 )
-from ipxbridge.io.udp import IpxEndpoint
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.policy.framings import FRAMING_TTL
-from ipxbridge.policy.ipx_ports import PortPlan, SourceIndex
+from ipxbridge.policy.port_plan import PortPlan, SourceIndex
 from ipxbridge.policy.switch import (
     Decision,
     IpxSwitch,

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from ipxbridge.app import Bridge
+from ipxbridge.app.interface_warnings import WARN_GAP, UnmatchedNames
 from ipxbridge.app.ipx import IpxService
 from ipxbridge.app.relay import RelayService
-from ipxbridge.app.unmatched import WARN_GAP, UnmatchedNames
 from ipxbridge.config import Config, ConfigError, load_config
 from ipxbridge.errors import StartupError
 from ipxbridge.games import game_table
@@ -223,7 +223,7 @@ def loopback() -> Interface:
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "ipxbridge.app.unmatched"]
+    return [r.getMessage() for r in caplog.records if r.name == "ipxbridge.app.interface_warnings"]
 
 
 def test_relay_service_warns_about_names_that_match_no_interface_once_per_change(

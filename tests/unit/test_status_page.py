@@ -14,7 +14,7 @@ from ipxbridge.app.http import ipx_port_rows
 from ipxbridge.app.ipx import IpxService
 from ipxbridge.config import load_config
 from ipxbridge.obs.status import render_status
-from ipxbridge.policy.ipx_ports import PortPlan, Skipped
+from ipxbridge.policy.port_plan import PortPlan, Skipped
 from ipxbridge.policy.switch import IpxSwitch, PortKind, Segment, SwitchSettings
 from ipxbridge.wire import ipx
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ipxbridge.io.udp import IpxEndpoint, open_udp_socket
+from ipxbridge.io.ipx_endpoint import IpxEndpoint, open_udp_socket
 from ipxbridge.obs.counters import IpxCounters
 from ipxbridge.obs.metrics import IPX_DROP_REASONS
 from ipxbridge.policy.switch import (

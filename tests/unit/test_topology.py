@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ipxbridge.commands.interfaces import NO_PEERS, describe, render_json, render_text
-from ipxbridge.policy.ipx_ports import IpxInterface
+from ipxbridge.policy.port_plan import IpxInterface
 from ipxbridge.policy.relay import Selection, build_plan
 from ipxbridge.policy.switch import PortKind
 from ipxbridge.policy.topology import (

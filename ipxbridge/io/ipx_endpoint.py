@@ -1,4 +1,4 @@
-"""The IPX-over-UDP socket: a thin asyncio shell around ``policy.switch.IpxSwitch``.
+"""The IPX endpoint (``IpxEndpoint``): the tunnel's UDP socket around ``policy.switch.IpxSwitch``.
 
 Only bytes and timers move here (aioquic ``asyncio/protocol.py`` style):
 
@@ -32,9 +32,9 @@ from ipxbridge.io.sockstats import socket_drop_count
 from ipxbridge.obs.counters import TUNNEL, IpxCounters, LatencyHistogram
 from ipxbridge.obs.logging import RateLimiter
 from ipxbridge.policy.bridges import WATCH_WINDOW
+from ipxbridge.policy.connections import is_connection
 from ipxbridge.policy.dplay_inspect import Inspector
 from ipxbridge.policy.pacing import TIMED, WAKEUP, ReadPacer
-from ipxbridge.policy.ports import is_connection
 from ipxbridge.policy.switch import Address, Decision, IpxSwitch, Outcome, Port, Segment
 from ipxbridge.wire.directplay import DPlayKind, classify
 from ipxbridge.wire.ipx import HEADER_LEN, SOCKET_DPLAY_DISCOVERY, IpxHeader, dosbox_node

@@ -1,4 +1,6 @@
-"""Peers of a p2p interface learned from what arrives there (docs/relay.md, "Peers").
+"""The broadcast relay's peers: those of a p2p interface, learned from what arrives there.
+
+The relay's fan-out targets (docs/relay.md, "Peers"), not the IPX switch's RFC 1234 peers.
 
 A VPN checks a packet's inner source before it hands it up (WireGuard against the peer's
 AllowedIPs, OpenVPN against the client's address, Nebula against its certificate), so a

@@ -1,10 +1,11 @@
-"""WireGuard peers, followed off the loop: one owner for the relay's and the IPX ports' reads.
+"""VPN peers, followed off the loop: one owner for the relay's and the IPX ports' reads.
 
-A p2p interface without static peers takes its unicast targets from WireGuard, and reading
-them is I/O (a UAPI socket or generic netlink, ``io/wireguard.py``) that can take seconds:
-it runs on a worker thread of its own, one read at a time, and a stuck UAPI socket holds
-that thread, never the loop. ``wg set`` raises no netlink event, so the
-owner also calls ``refresh`` every ``io.wireguard.PEER_REFRESH_SECONDS``.
+A p2p interface without static peers takes its unicast targets from WireGuard (or, for the
+relay, from OpenVPN's status files, ``io/openvpn.py``), and reading them is I/O (a UAPI
+socket or generic netlink, ``io/wireguard.py``) that can take seconds: it runs on a worker
+thread of its own, one read at a time, and a stuck UAPI socket holds that thread, never the
+loop. ``wg set`` raises no netlink event, so the owner also calls ``refresh`` every
+``io.wireguard.PEER_REFRESH_SECONDS``.
 """
 
 import asyncio
@@ -19,7 +20,7 @@ from ipxbridge.io.wireguard import read_wireguard_peers
 logger = logging.getLogger(__name__)
 
 
-class WireGuardPeers:
+class VpnPeers:
     """The peers last read per interface, and the background reads that renew them."""
 
     def __init__(
