@@ -493,7 +493,7 @@ class IpxSection(_Model):
     )
     # Interface ports (native Ethernet, IPXWrapper, RFC 1234 segments); empty = none.
     interfaces: tuple[IpxInterface, ...] = ()
-    # The beacons' shared secret (policy/switch.py rule 8); "" = beacons unsigned.
+    # The beacons' shared secret (rule 8, policy/bridges.py); "" = beacons unsigned.
     bridge_key_file: str = ""
     # The uplink protocol (docs/protocols.md 3.9): server side on the listen port, and the
     # uplinks this bridge opens as a client.

@@ -262,7 +262,7 @@ class IpxService:
             switch_settings(self.config),
             tuple(peers),
             make_server_node_lookup(sock),
-            os.urandom,  # probe nonces must be unguessable (policy/switch.py rule 2)
+            os.urandom,  # probe nonces must be unguessable (rule 2, policy/clients.py)
             bridge_id=os.urandom(6),
             beacon_key=key,
             beacon_clock=_wall_ms,

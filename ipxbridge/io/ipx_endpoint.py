@@ -642,7 +642,7 @@ class IpxEndpoint:
         return len(packets)
 
     def announce(self) -> None:
-        """Send the bridge's beacons now (a port just opened: policy/switch.py rule 8)."""
+        """Send the bridge's beacons now (a port just opened: policy/bridges.py rule 8)."""
         for packet, port in self.switch.beacons(self._loop.time()):
             self._send(packet, port)
 

@@ -2,7 +2,7 @@
 
 Kept in a file (``ipx.node_key_file``) so the nodes survive a restart: a client that
 registered with an earlier run rejoins with the node it holds, and the switch recomputes the
-same node from its address (policy/switch.py rule 2). Read when present; created when
+same node from its address (policy/clients.py, rule 2). Read when present; created when
 missing (32 random bytes, mode 0600, its directory 0700), atomically, so a second bridge
 starting at the same moment reads the whole key or makes none of its own.
 """

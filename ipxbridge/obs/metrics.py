@@ -30,13 +30,14 @@ from ipxbridge import __version__, build
 from ipxbridge.obs.counters import BUCKETS, TUNNEL, IpxCounters, LatencyHistogram
 from ipxbridge.policy.bridges import WATCH_OUTCOMES
 from ipxbridge.policy.budget import BOUND_ADDRESS, BOUND_TOTAL
+from ipxbridge.policy.clients import UNVERIFIED_KINDS
 from ipxbridge.policy.flows import FLOW_EVICTION_REASONS, FLOW_REFUSAL_REASONS
 from ipxbridge.policy.pacing import READ_MODES
 from ipxbridge.policy.relay import RELAY_DROP_REASONS as RELAY_POLICY_DROPS
 from ipxbridge.policy.relay import RELAY_IO_DROP_REASONS, Egress
 from ipxbridge.policy.relay_peers import HEARD_EVENTS
 from ipxbridge.policy.rooms import REFUSALS
-from ipxbridge.policy.switch import POLICY_DROP_REASONS, UNVERIFIED_KINDS
+from ipxbridge.policy.switch import POLICY_DROP_REASONS
 from ipxbridge.policy.uplink import HANDSHAKE_OUTCOMES, UPLINK_DROP_REASONS, ClientState
 from ipxbridge.wire.errors import WIRE_REASONS
 from ipxbridge.wire.websocket import CLOSE_REASONS, WEBSOCKET_DROP_REASONS

@@ -1,11 +1,59 @@
-"""Rule 8: the other bridges on this bridge's segments, and which ports they serve.
+"""Rule 8 of the IPX switch: the other bridges on this bridge's segments, and their ports.
 
-Two bridges on one segment must not both put a packet on it. This module keeps what the
-bridge knows of the others (their beacons on each segment and over the peer link, which of
-them is trusted) and answers the switch's questions about a packet: which ports another
-bridge serves for it (``skip_for``), which ports a copy another bridge put on a segment
-has already reached (``served_by``), and whose copy a frame is (``bridge_sent``). The
-rule itself, clause by clause, is in policy/switch.py's module docstring (rule 8).
+The switch (``policy/switch.py``) keeps its rules in one numbered list; this is rule 8 of
+it, and this module runs it:
+
+8. Two bridges on one segment must not both put a packet on it. Every bridge sends a beacon
+   (``wire.ipx.build_beacon``: its random bridge id, the random *tag* of that segment, whose
+   first byte names the port kind, its peers, and the tags of the bridges it hears on that
+   segment) on each segment, and one to each peer that declares the tags of all its
+   segments, every ``BEACON_INTERVAL``. A bridge heard on a segment within ``BEACON_TTL`` is
+   *trusted* there only if its beacon echoes this bridge's tag for that segment (it hears
+   this bridge there: a beacon recorded on, or forwarded from, another segment echoes that
+   segment's tags, ``beacon_unbound``) and a bystander could not have sent it: it is signed
+   with the shared key (``ipx.bridge_key_file``: HMAC-SHA256 over the bridge id and the
+   beacon, with a sequence that must increase and is remembered for a day, so a replay is
+   refused), or, with no key, the peer link confirms it (the bridge is a configured peer and
+   the tag is one that peer declared; its peer list is then read from the peer link too).
+   Untrusted beacons are remembered (at most ``MAX_BRIDGES_PER_SEGMENT`` per segment, the
+   untrusted evicted first) but change nothing: a forgery can at worst leave a duplicate,
+   never silence. And what is left to another bridge is watched (``DeliveryWatch``): its
+   copy must appear, or this bridge sends it 0.2 s later. Then, for the trusted bridges:
+
+   * a packet that arrived from a peer P is sent to a segment S only if P is not on S (else
+     P put it there itself) and, of the bridges on S that have P as a peer, this one has the
+     lowest id (each of them got the packet from P; one puts it on S);
+   * a packet that arrived from segment S is not sent to a peer that is on S: it heard it.
+   * a packet that arrived from segment S1 is sent to segment S2 only if no bridge with a
+     lower id is on both: one bridge carries packets between two segments two bridges share.
+     An Ethernet port and an IPXWrapper port on one LAN are one broadcast domain, so this is
+     what keeps two bridges from both translating between the kinds, and the copies of one
+     from coming back through the other as new packets.
+
+   * a packet that arrived from segment S in a frame or datagram from a trusted bridge B's
+     port (the link-layer source of B's beacons there) is B's copy: B put it on every segment
+     it is on and sent it over its peer link, so it goes to none of those, whatever the ids.
+     Its copy over the peer link may arrive after the one on the segment.
+
+   * a packet that arrived from a peer P is not sent to another peer that lists P among its
+     own peers: it gets the packet from P directly, and a relayed copy that overtook P's
+     would look to it like this bridge's (the first two clauses would then leave it off a
+     segment that nobody serves).
+
+   Packets from a bridge's own clients go to every segment. Beacons are consumed (``beacon``),
+   never forwarded, and nothing addressed to the beacon socket is relayed. A newcomer is
+   answered at once (``ANSWER_BURST`` at once, then one every ``BEACON_ANSWER_GAP``), so two
+   bridges hear and echo each other within two round trips. Identical copies of one packet
+   that arrive on different ports, or on one Ethernet segment in different framings, are
+   duplicates (rule 6). Two bridges on one segment that neither share a key nor are peers
+   cannot confirm each other: both forward, and stations get two copies; rule 9 keeps that
+   from becoming a loop.
+
+This module keeps what the bridge knows of the others (their beacons on each segment and
+over the peer link, which of them is trusted) and answers the switch's questions about a
+packet: which ports another bridge serves for it (``skip_for``), which ports a copy another
+bridge put on a segment has already reached (``served_by``), and whose copy a frame is
+(``bridge_sent``).
 
 Beacons (``wire.ipx.build_beacon``) go out every ``BEACON_INTERVAL`` on each segment (with
 that segment's tag) and to each peer (with every tag); one heard within ``BEACON_TTL``

@@ -1,9 +1,9 @@
 """What the bridge may send toward addresses that have not proven they receive there.
 
-Pure: ``now`` is a parameter, nothing here reads a clock. The switch (policy/switch.py rule 2)
-asks before every datagram it aims at a client that registered but has not yet proved it
-receives at its address: the registration reply, probes, answers to its pings, and the
-copies the switch forwards to it.
+Pure: ``now`` is a parameter, nothing here reads a clock. The switch's client table
+(policy/clients.py, rule 2) asks before every datagram aimed at a client that registered but
+has not yet proved it receives at its address: the registration reply, probes, answers to
+its pings, and the copies the switch forwards to it.
 
 Why a rate and not a ratio: registration is one spoofable datagram, so a stranger can name
 any address as a client. The bridge once sent such a client no more bytes than it had sent

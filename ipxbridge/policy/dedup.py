@@ -7,7 +7,7 @@ the same port again is a legitimate repeat (a game resending the same announceme
 
 A copy that comes back through the *same* port with a higher hop count than the first is a
 loop copy too (interface ports): two bridges on one segment that do not yet know each other (the
-first second after one starts, before its beacon, policy/switch.py rule 8) hand each
+first second after one starts, before its beacon, policy/bridges.py, rule 8) hand each
 other's copies back onto the segment, and each returning copy arrives on the port the first
 came in on. A game repeating itself repeats its hop count; only a loop adds to it.
 

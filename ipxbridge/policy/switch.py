@@ -1,8 +1,8 @@
-"""The IPX switch: who is connected, and where each datagram goes.
+"""The IPX switch: where each datagram goes.
 
-This module owns the switching rules (h11 ``_state.py`` style); it is pure: no sockets, no
+This module owns the forwarding rules (h11 ``_state.py`` style); it is pure: no sockets, no
 clock (``now`` is a parameter), no logging. ``IpxSwitch.handle`` turns one received datagram
-into a ``Decision``; ``IpxSwitch.tick`` produces keepalives and expiries.
+into a ``Decision``; ``IpxSwitch.tick`` produces beacons, keepalives and expiries.
 
 Ports are UDP addresses of two kinds:
 
@@ -13,7 +13,8 @@ Ports are UDP addresses of two kinds:
 * **RFC 1234 peers** are configured statically (other ipxbridges, other RFC 1234 routers).
   They need no registration. Nodes seen behind a peer are learned with an expiry.
 
-Rules, in the order they are applied:
+Rules, in the order they are applied. Each rule's text stands beside the code that runs it:
+here, or in the module its entry names.
 
 1. Malformed datagrams are dropped with the codec's reason (``ipx.parse_header``).
    Batches are unpacked where they enter: an IPXWrapper coalesced batch (source socket 0,
@@ -25,48 +26,9 @@ Rules, in the order they are applied:
    carry plain packets, which every IPXWrapper version accepts. A malformed batch is
    dropped whole with the codec's ``batch_*`` reason. A batch holds at most 1384 bytes, so
    at most 46 packets: one datagram never costs more than 46 lone packets.
-2. An unknown address may only register; anything else from it is ``unregistered``. Nothing is
-   sent to a new address before its registration reply (DOSBox takes the first datagram it
-   receives as the reply, docs/protocols.md 4.2). A registered client stays until ``idle_timeout``
-   whether or not it answers keepalives: IPXWrapper never answers socket-2 pings, and a
-   DirectPlay host behind it is silent until someone enumerates (docs/protocols.md 6).
-   Registration is one spoofable datagram, and so is any data packet, so a client is
-   ``verified`` only by proving it receives what is sent to its address. Its node is the
-   proof: by default it is keyed (``02`` + HMAC-SHA256 of "ip:port" with a secret key kept
-   across restarts), so nobody can predict it, and a packet carrying it can only come from
-   whoever read our registration reply: the client is verified at once, whatever program it
-   runs (IPXWrapper included). ``ipxnet ping`` then prints that node as an address, as with
-   ipxbox's random nodes (docs/protocols.md 4.5). Probes prove receipt too: a client that echoes
-   the nonce the bridge puts in the source node of its probe is verified (DOSBox answers a
-   ping to the pinger's node, docs/protocols.md 4.5; docs/reliability.md R7). With
-   ``node_assignment: address`` (IPv4 + port, predictable) only the probe counts.
-   A client that only listens must still hear the game from the moment it registers: DOSBox
-   sends nothing after registration until its program does, a program waiting for another's
-   broadcast may send nothing at all, and a DirectPlay host behind IPXWrapper says nothing
-   until it is enumerated (docs/protocols.md 4.4, 6). So until it is verified a client is
-   sent what any client is, but every byte toward its address (the registration reply,
-   probes, ping answers, copies) is held to a rate per destination IPv4 address and one for
-   the whole bridge (``policy/budget.ReflectionLimit``): whatever a stranger spoofs, that is
-   all the bridge sends toward one victim, and toward all unproven addresses together. A
-   newcomer is admitted only when its reply can go (DOSBox takes the first datagram it
-   receives as the reply). The limits end for a client when it is verified; a probe goes a
-   second after registration (``FIRST_PROBE_DELAY``), so a real DOSBox client, which
-   answers probes even when its program only listens, is verified within a round trip of
-   that. Copies held back are counted
-   (``Decision.held``). Unverified clients live in their own bounded table
-   (``max_unverified``), so spoofed registrations never take a verified player's place;
-   when it is full, the oldest one that had a second to prove itself (its probe unanswered,
-   or none let through) makes room. Per IPv4 address at most ``max_unverified_per_ip`` are kept:
-   a newcomer from an address at the limit replaces that address's oldest unverified client
-   (``evicted``), so many players behind one NAT are never locked out. A registration from
-   UDP port 0 is refused. Rejoin: a packet from an unknown address whose source node is
-   exactly ``node_for`` that address comes from a client registered before (the bridge
-   restarted, or the client was expired or evicted while quiet): the bridge recomputes the
-   node, so the client rejoins without registering again, verified when nodes are keyed
-   (only a receiver of our reply knows it), unverified with ``address`` nodes.
-   With ``clients_allow`` set, an address outside those networks may neither register nor
-   rejoin (``not_allowed``): the DOSBox protocol has no authentication, so on a bridge
-   reachable from the internet this is what keeps strangers and spoofed registrations out.
+2. Registration and proof of receipt: who is a client, what an unknown address may send,
+   and what the bridge may send toward a client that has not proven it receives at its
+   address. ``policy/clients.py`` holds the rule and runs it (``ClientTable``).
 3. A client's packets must carry the source node assigned to it (``spoofed_source``), as
    ipxbox does (docs/reliability.md I3). A packet from a peer whose source node belongs to a local
    client has gone round a loop (``loop``).
@@ -104,62 +66,15 @@ its data packets are normalised first (``wire.uplink.normalise_data``: ipxbox's 
 padding, checksum 0, transport control 127). Nothing from or to an address passes before
 its handshake completes.
 
-8. Two bridges on one segment must not both put a packet on it. Every bridge sends a beacon
-   (``wire.ipx.build_beacon``: its random bridge id, the random *tag* of that segment, whose
-   first byte names the port kind, its peers, and the tags of the bridges it hears on that
-   segment) on each segment, and one to each peer that declares the tags of all its
-   segments, every ``BEACON_INTERVAL``. A bridge heard on a segment within ``BEACON_TTL`` is
-   *trusted* there only if its beacon echoes this bridge's tag for that segment (it hears
-   this bridge there: a beacon recorded on, or forwarded from, another segment echoes that
-   segment's tags, ``beacon_unbound``) and a bystander could not have sent it: it is signed
-   with the shared key (``ipx.bridge_key_file``: HMAC-SHA256 over the bridge id and the
-   beacon, with a sequence that must increase and is remembered for a day, so a replay is
-   refused), or, with no key, the peer link confirms it (the bridge is a configured peer and
-   the tag is one that peer declared; its peer list is then read from the peer link too).
-   Untrusted beacons are remembered (at most ``MAX_BRIDGES_PER_SEGMENT`` per segment, the
-   untrusted evicted first) but change nothing: a forgery can at worst leave a duplicate,
-   never silence. And what is left to another bridge is watched (``DeliveryWatch``): its
-   copy must appear, or this bridge sends it 0.2 s later. The state and the beacons are
-   policy/bridges.py's. Then, for the trusted bridges:
-
-   * a packet that arrived from a peer P is sent to a segment S only if P is not on S (else
-     P put it there itself) and, of the bridges on S that have P as a peer, this one has the
-     lowest id (each of them got the packet from P; one puts it on S);
-   * a packet that arrived from segment S is not sent to a peer that is on S: it heard it.
-   * a packet that arrived from segment S1 is sent to segment S2 only if no bridge with a
-     lower id is on both: one bridge carries packets between two segments two bridges share.
-     An Ethernet port and an IPXWrapper port on one LAN are one broadcast domain, so this is
-     what keeps two bridges from both translating between the kinds, and the copies of one
-     from coming back through the other as new packets.
-
-   * a packet that arrived from segment S in a frame or datagram from a trusted bridge B's
-     port (the link-layer source of B's beacons there) is B's copy: B put it on every segment
-     it is on and sent it over its peer link, so it goes to none of those, whatever the ids.
-     Its copy over the peer link may arrive after the one on the segment.
-
-   * a packet that arrived from a peer P is not sent to another peer that lists P among its
-     own peers: it gets the packet from P directly, and a relayed copy that overtook P's
-     would look to it like this bridge's (the first two clauses would then leave it off a
-     segment that nobody serves).
-
-   Packets from a bridge's own clients go to every segment. Beacons are consumed (``beacon``),
-   never forwarded, and nothing addressed to the beacon socket is relayed. A newcomer is
-   answered at once (``ANSWER_BURST`` at once, then one every ``BEACON_ANSWER_GAP``), so two
-   bridges hear and echo each other within two round trips. Identical copies of one packet
-   that arrive on different ports, or on one Ethernet segment in different framings, are
-   duplicates (rule 6). Two bridges on one segment that neither share a key nor are peers
-   cannot confirm each other: both forward, and stations get two copies; rule 9 keeps that
-   from becoming a loop.
-9. The loop bound that holds when every other rule is fooled: a packet (bytes 10.. of it, as
-   rule 6 names it) that arrives by another *way* than the copy that last left (another
-   port, or the same port from another link-layer source) within ``EGRESS_WINDOW`` of it
-   does not leave by a port that copy left by (``tables.EgressGuard``). IPXWrapper's header
-   has no hop count, so a copy that crosses it starts again at hop 0 and returns on the port
-   its first copy came in on, which rule 6 passes; but it returns from the bridge that
-   translated it, not from the station that sent it, so it cannot go out again. A sender
-   repeating itself (a retry, a status without a counter, redundancy against loss) arrives
-   by the same way each time and goes out each time, however fast. Copies left out are
-   counted (``Decision.repeats``); with none left the packet is ``egress_repeat``.
+8. Two bridges on one segment must not both put a packet on it: their beacons, which of
+   them is trusted, and which ports another bridge serves. ``policy/bridges.py`` holds the
+   rule, clause by clause, and runs it; the switch asks it for each packet (``skip_for``,
+   ``served_by``, ``bridge_sent``) and hands it the beacons, which are consumed (``beacon``).
+9. The loop bound that holds when every other rule is fooled: a copy that came back by
+   another way does not leave by a port the packet left by, within ``EGRESS_WINDOW``.
+   ``policy/tables.EgressGuard`` holds the rule and runs it; the switch names the way (the
+   ingress port, and the link-layer source on it) and counts the copies left out
+   (``Decision.repeats``); with none left the packet is ``egress_repeat``.
 10. One IPX network, whatever numbers the stations use. Every port is one network to the
    switch: a broadcast reaches every station whatever network it was addressed to, and a
    unicast goes by node alone. The destination network is rewritten only where a receiver
@@ -183,33 +98,29 @@ its handshake completes.
    packet is taken with checksum 0xFFFF and hop 0, and counted (``forgiven``, by reason).
    Other checksums are refused as the strict spec says (``bad_checksum``).
 
-Learned nodes (rule 6) and the bridges heard per segment live in bounded tables that a flood
-of new source nodes cannot use against real stations (``tables.ProvenTable``): a node heard
-again a second or more after it was first heard is *proven* and is evicted only by other
-proven nodes; a flood of one-packet nodes churns among the unproven. Evictions are counted
-by table and tier (``evictions``).
+Which ports the switch has, the nodes learned behind them (rule 6) and the targets from
+each ingress (rules 7 and 8) are ``policy/port_table.py``'s.
 """
 
 import itertools
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from enum import StrEnum
-from ipaddress import IPv4Address, IPv4Network
-from typing import Final, Literal, NamedTuple
+from typing import Final, NamedTuple
 
 from ipxbridge.policy.bridges import DeliveryWatch, SegmentBridges
 from ipxbridge.policy.budget import ReflectionLimit
+from ipxbridge.policy.clients import Client, ClientTable, SwitchEvent
 from ipxbridge.policy.connections import is_connection
 from ipxbridge.policy.dedup import DuplicateFilter
+from ipxbridge.policy.port_table import Peer, PortTable
 from ipxbridge.policy.ports import Address, Port, PortKind, Segment
-from ipxbridge.policy.tables import EgressGuard, ProvenTable
+from ipxbridge.policy.switch_settings import SwitchSettings
+from ipxbridge.policy.tables import EgressGuard
 from ipxbridge.policy.uplink import UplinkServer
 from ipxbridge.wire.errors import WireError
 from ipxbridge.wire.ipx import (
     ALL_NETS,
-    BROADCAST_NODE,
-    DEFAULT_FILTERED_SOCKETS,
     HEADER_LEN,
     MAX_HOPS,
     SOCKET_BEACON,
@@ -218,14 +129,11 @@ from ipxbridge.wire.ipx import (
     IpxHeader,
     address_node,
     build_broadcast,
-    build_ping,
     build_ping_reply,
-    build_registration_reply,
     forgiven,
     is_beacon,
     keyed_nodes,
     parse_header,
-    rfc1234_node,
     with_dst_net,
     with_hops,
 )
@@ -270,16 +178,6 @@ POLICY_DROP_REASONS: Final[tuple[str, ...]] = (
 )
 
 
-# What the reflection limit is asked about (rule 2; ``ReflectionLimit.refused`` keys).
-UNVERIFIED_KINDS: Final[tuple[str, ...]] = (
-    "copy",
-    "registration_reply",
-    "probe",
-    "ping_reply",
-    "dplay_probe",
-)
-
-
 class Decision(NamedTuple):
     """The result of handling one datagram.
 
@@ -312,110 +210,6 @@ class Decision(NamedTuple):
     repeats: int = 0  # copies not sent: the port had this packet within EGRESS_WINDOW (rule 9)
     inner: tuple[tuple[bytes, "Decision"], ...] = ()  # a batch: (packet, its decision)
     client_packet: bytes | None = None  # what DOSBox-protocol clients get instead (rule 10)
-
-
-@dataclass
-class Client:
-    """A registered DOSBox-protocol client."""
-
-    addr: Address
-    node: bytes
-    server_node: bytes  # the bridge's node as this client sees it (pings come from here)
-    registered_at: float
-    last_seen: float
-    verified: bool = False  # proved it receives at its address (rule 2)
-    probes: int = 0  # keepalives sent since it was last heard from
-    last_keepalive: float = 0.0
-    nonce: bytes = ZERO_NODE  # source node of its probes; echoing it verifies (rule 2)
-    # Its own books for the status page: plain ints, bumped where the datagram is handled
-    # anyway (received here in _from_client, sent copies by io/ipx_endpoint.py), nothing allocated.
-    rx_packets: int = 0
-    rx_bytes: int = 0
-    tx_packets: int = 0
-    tx_bytes: int = 0
-
-
-@dataclass
-class Peer:
-    """A statically configured RFC 1234 peer."""
-
-    addr: Address
-    node: bytes  # RFC 1234 host number: 00 00 + IPv4
-    # Its books for the status page, as a client's: plain integers on the hot path.
-    rx_packets: int = 0
-    rx_bytes: int = 0
-    tx_packets: int = 0
-    tx_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class SwitchEvent:
-    """Something an operator wants in the log (registration, expiry...)."""
-
-    # registered | reregistered | rejoined | verified | expired | evicted | shutdown | not_allowed
-    kind: str
-    addr: Address
-    node: bytes
-
-
-@dataclass(frozen=True)
-class SwitchSettings:
-    """Tunables of the switch (all times in seconds)."""
-
-    max_clients: int = 256
-    idle_timeout: float = 600.0  # a client silent this long is forgotten (ipxbox: 10 min)
-    keepalive_interval: float = 5.0  # ping clients that were silent this long
-    unverified_probes: int = 3  # keepalives an unverified client gets (then it is left quiet)
-    # Keyed nodes prove receipt (rule 2); ``address`` nodes (IPv4 + port) prove nothing.
-    node_assignment: Literal["keyed", "address"] = "keyed"
-    # What the bridge may send toward addresses that registered but have not proven receipt
-    # (rule 2, policy/budget.py): bytes per second per destination IPv4 address and for the
-    # whole bridge. Sized from what games send before a match (docs/ipx.md, "Verification"):
-    # a DirectPlay enumeration is 82 bytes over IPX, a DOS game's lobby broadcast 50-600
-    # bytes a few times a second, the busiest (35 a second) about 10 KiB/s; 16 KiB/s and a
-    # 32 KiB burst carry that to one address (a few listeners behind one NAT), and 256 KiB/s
-    # in all carries it to 16 listeners at once. A real DOSBox client answers the probe a
-    # second after it registers and is limited no longer.
-    unverified_address_bytes_per_second: float = 16_384.0
-    unverified_address_byte_burst: int = 32_768
-    unverified_total_bytes_per_second: float = 262_144.0
-    unverified_total_byte_burst: int = 524_288
-    # The unverified table, apart from max_clients (verified players): spoofed registrations
-    # cannot crowd out real ones, and one address cannot fill it.
-    max_unverified: int = 256
-    max_unverified_per_ip: int = 16
-    dedup_window: float = 2.0
-    dedup_max_entries: int = 65_536
-    learned_node_ttl: float = 300.0
-    max_learned_nodes: int = 4_096
-    filtered_sockets: frozenset[int] = field(default=DEFAULT_FILTERED_SOCKETS)
-    answer_pings: bool = True
-    rejoin: bool = True  # re-admit a known-shaped client without a new registration
-    clients_allow: tuple[IPv4Network, ...] = ()  # who may register; empty = anyone
-
-    def allows(self, ip: str) -> bool:
-        """May a DOSBox-protocol client at ``ip`` register (``clients_allow``)?"""
-        if not self.clients_allow:
-            return True
-        try:
-            address = IPv4Address(ip)
-        except ValueError:  # an IPv6 browser player (io/websocket.py): no IPv4 list names it
-            return False
-        return any(address in net for net in self.clients_allow)
-
-
-# An unverified client is probed with its first packet (that shows it has its registration
-# reply), so a real DOSBox client, which answers pings (docs/protocols.md 4.5), is verified one
-# round trip after it first speaks. One that says nothing is probed this long after
-# registering, within the reflection limit. Not at once: DOSBox takes the first datagram it
-# receives as its registration reply and never asks again (4.2), so a probe that overtook a
-# reply, or came in place of a lost one, would give it the broadcast node as its address.
-FIRST_PROBE_DELAY: Final = 1.0
-# A real client answers a probe within a round trip; one silent this long after it did not.
-PROOF_WAIT: Final = 1.0
-# Copies to an unproven address leave this much of its reflection limit for a probe and a
-# registration reply, so a client kept busy by broadcasts can still prove itself.
-COPY_RESERVE: Final = 2 * HEADER_LEN
 
 
 def _drop(reason: str) -> Decision:
@@ -465,7 +259,6 @@ class IpxSwitch:
                 Defaults to that of ``settings``, keyed with a key from ``random_bytes``.
         """
         self.settings = settings
-        self._server_node_for = server_node_for or (lambda _addr: ZERO_NODE)
         counter = itertools.count(1)
         self._random_bytes = random_bytes or (lambda n: next(counter).to_bytes(n, "big"))
         if node_for is None:
@@ -474,39 +267,31 @@ class IpxSwitch:
                 if settings.node_assignment == "keyed"
                 else address_node
             )
-        self.node_for = node_for
-        self.clients: dict[Address, Client] = {}
+        # Rule 2: who is a client, and who proved it receives (policy/clients.py).
+        self._clients = ClientTable(
+            settings,
+            node_for=node_for,
+            server_node_for=server_node_for or (lambda _addr: ZERO_NODE),
+            random_bytes=self._random_bytes,
+            on_change=self._ports_changed,
+        )
+        # The client table's own containers, read on every packet: named here once.
+        self.clients: dict[Address, Client] = self._clients.clients
+        self._client_by_node: dict[bytes, Client] = self._clients.by_node
+        self._unverified: dict[Address, None] = self._clients.unverified
+        self.reflection: ReflectionLimit = self._clients.reflection
+        self.connected: set[Address] = self._clients.connected
         self.peers: dict[Address, Peer] = {}
-        self._client_by_node: dict[bytes, Client] = {}
-        self._static_nodes: dict[bytes, Address] = {}
+        self.segments: dict[Segment, None] = {}
+        # Uplinks (docs/protocols.md 3.9): authenticated ones, by address, with this bridge's
+        # role on them ("server": a remote client connected to us; "client": we connected).
+        self.uplinks: dict[Address, str] = {}
         self.evictions: Counter[tuple[str, str]] = Counter() if evictions is None else evictions
         self.forgiven: Counter[tuple[str, str, str]] = Counter() if forgiven is None else forgiven
-        # node -> the port it is behind (peer or segment), two tiers (policy/tables.py)
-        self._learned: ProvenTable[bytes, Port] = ProvenTable(
-            settings.max_learned_nodes, "learned_nodes", self.evictions
-        )
-        self.segments: dict[Segment, None] = {}
-        self._ports: tuple[Port, ...] = ()
-        # Keyed by the ingress, and by the bridge whose copy it was when one put it there
-        self._flood_targets: dict[object, tuple[Port, ...]] = {}
-        self._delegated: dict[object, tuple[Segment, ...]] = {}  # same keys (rule 8)
-        self._peer_targets: dict[object, tuple[Port, ...]] = {}
-        # Registered, not yet proven (rule 2); insertion order = age, for eviction.
-        self._unverified: dict[Address, None] = {}
-        # Per IPv4 address, its unverified clients, oldest first (``max_unverified_per_ip``).
-        self._unverified_by_ip: dict[str, dict[Address, None]] = {}
         self._dedup: DuplicateFilter[object] = DuplicateFilter(
             settings.dedup_window, settings.dedup_max_entries
         )
         self._egress: EgressGuard[Port] = EgressGuard(EGRESS_WINDOW, settings.dedup_max_entries)
-        # Everything aimed at unproven addresses, in bytes per second (rule 2).
-        self.reflection = ReflectionLimit(
-            settings.unverified_address_bytes_per_second,
-            settings.unverified_address_byte_burst,
-            settings.unverified_total_bytes_per_second,
-            settings.unverified_total_byte_burst,
-        )
-        self._events: list[SwitchEvent] = []
         # The bridge's node on segments and in its beacons (rule 8): random, unicast and
         # locally administered (IEEE 802 U/L bit), so it never equals a station's MAC.
         raw = bridge_id or b"\x02ipxbr"
@@ -514,8 +299,6 @@ class IpxSwitch:
         # Set by the I/O layer: the box's own IPv4 addresses (its broadcasts to an RFC 1234
         # segment come back to its socket) and the RFC 1234 segment a UDP source is on.
         self.own_ips: frozenset[str] = frozenset()
-        # WebSocket connections (``connect``): addresses proven by their transport.
-        self.connected: set[Address] = set()
         self.udp_segment_for: Callable[[str], Segment | None] = lambda _ip: None
         ticks = itertools.count(1)
         # Rule 8: what is left to another bridge is watched for (policy/bridges.py).
@@ -531,9 +314,17 @@ class IpxSwitch:
             evictions=self.evictions,
             on_change=self._topology_changed,
         )
-        # Uplinks (docs/protocols.md 3.9): authenticated ones, by address, with this bridge's
-        # role on them ("server": a remote client connected to us; "client": we connected).
-        self.uplinks: dict[Address, str] = {}
+        # Its ports, what is learned behind them, the targets from each (policy/port_table.py).
+        self._table = PortTable(
+            clients=self.clients,
+            client_nodes=self._client_by_node,
+            peers=self.peers,
+            uplinks=self.uplinks,
+            segments=self.segments,
+            bridges=self.bridges,
+            max_learned=settings.max_learned_nodes,
+            evictions=self.evictions,
+        )
         self.uplink_server: UplinkServer | None = None  # set when uplink_password is
         self.uplink_normalised: Counter[str] = Counter()  # data packets changed on entry
         for addr in peers:
@@ -545,79 +336,35 @@ class IpxSwitch:
 
     def add_peer(self, addr: Address) -> None:
         """Add a static RFC 1234 peer (idempotent)."""
-        peer = Peer(addr, rfc1234_node(addr[0]))
-        self.peers[addr] = peer
-        self._static_nodes[peer.node] = addr
-        self._rebuild_ports()
+        self._table.add_peer(addr)
 
     def remove_peer(self, addr: Address) -> None:
         """Forget a static peer (configuration reload); nodes learned behind it go too."""
-        peer = self.peers.pop(addr, None)
-        if peer is None:
-            return
-        self._static_nodes.pop(peer.node, None)
-        self.bridges.remove_peer(addr)
-        self._forget_learned(addr)
-        self._rebuild_ports()
+        self._table.remove_peer(addr)
 
     def add_uplink(self, addr: Address, role: str) -> None:
         """An authenticated uplink becomes a port (``role``: ours on it, server or client)."""
-        if self.uplinks.get(addr) == role:
-            return
-        self.uplinks[addr] = role
-        if addr in self.clients:  # the address was a DOSBox client; it is an uplink now
-            self.remove_client(addr, "uplink")
-        self._rebuild_ports()
+        if self._table.add_uplink(addr, role) and addr in self.clients:
+            self._clients.remove(addr, "uplink")  # it was a DOSBox client; an uplink now
 
     def remove_uplink(self, addr: Address) -> None:
         """An uplink ended (closed, expired, lost); the nodes learned behind it go too."""
-        if self.uplinks.pop(addr, None) is None:
-            return
-        self._forget_learned(addr)
-        self._rebuild_ports()
+        self._table.remove_uplink(addr)
 
     def add_segment(self, segment: Segment) -> None:
         """Attach an interface port (idempotent); the next tick announces the bridge there."""
-        if segment in self.segments:
-            return
-        self.segments[segment] = None
-        self.bridges.add_segment(segment)
-        self._rebuild_ports()
+        self._table.add_segment(segment)
 
     def remove_segment(self, segment: Segment) -> None:
-        """Detach an interface port (it vanished, or the configuration dropped it).
-
-        The bridges heard there are remembered until their beacons expire (rule 8): an
-        interface deleted and re-created under its name is back on the same segment, and a
-        bridge that forgot its neighbour there would put the neighbour's packets on the
-        segment too until the next beacon; they can then go round bridge, segment, peer up
-        to the hop limit, back to their sender too (a copy that comes back through the port
-        its first copy came in on is no duplicate, rule 6).
-        """
-        if self.segments.pop(segment, 0) is not None:
-            return
-        self.bridges.remove_segment(segment)
-        self.watch.forget(segment)
-        self._forget_learned(segment)
-        self._rebuild_ports()
-
-    def _forget_learned(self, port: Port) -> None:
-        learned = self._learned
-        for node in [n for n, via, _ in learned.items() if via == port]:
-            learned.pop(node)
+        """Detach an interface port (it vanished, or the configuration dropped it)."""
+        if self._table.remove_segment(segment):
+            self.watch.forget(segment)
 
     def reconfigure(self, settings: SwitchSettings, peers: tuple[Address, ...]) -> None:
         """Apply new tunables and peers; clients stay, unless ``clients_allow`` now bars them."""
         self.settings = settings
         self._dedup.window = settings.dedup_window
-        self.reflection.reconfigure(
-            settings.unverified_address_bytes_per_second,
-            settings.unverified_address_byte_burst,
-            settings.unverified_total_bytes_per_second,
-            settings.unverified_total_byte_burst,
-        )
-        for addr in [a for a in self.clients if not settings.allows(a[0])]:
-            self.remove_client(addr, "not_allowed")
+        self._clients.reconfigure(settings)
         for addr in [a for a in self.peers if a not in peers]:
             self.remove_peer(addr)
         for addr in peers:
@@ -628,193 +375,36 @@ class IpxSwitch:
         """Sign and check beacons with a new key (reload): what the old one vouched goes."""
         self.bridges.set_key(key)
 
-    def _rebuild_ports(self) -> None:
-        self._ports = (*self.clients, *self.peers, *self.uplinks, *self.segments)
-        self._flood_targets.clear()
-        self._delegated.clear()
-        self._peer_targets.clear()
-        self.bridges.clear_cache()
+    def _ports_changed(self) -> None:
+        self._table.changed()
 
     def _topology_changed(self) -> None:
         """Rule 8's view changed: the cached target lists are stale."""
-        self._flood_targets.clear()
-        self._delegated.clear()
-        self._peer_targets.clear()
+        self._table.topology_changed()
 
-    def _all_but(self, ingress: Port, bridge: bytes | None = None) -> tuple[Port, ...]:
-        """Every port except the ingress, cached until membership changes.
-
-        For a copy another bridge put on a segment, not the ports that bridge serves either.
-        """
-        key = ingress if bridge is None else (ingress, bridge)
-        targets = self._flood_targets.get(key)
-        if targets is None:
-            shared = self.bridges.skip_for(ingress)
-            if bridge is not None:
-                shared |= self.bridges.served_by(bridge)
-            targets = tuple(p for p in self._ports if p != ingress and p not in shared)
-            self._flood_targets[key] = targets
-            # the segments left to another bridge: watched (rule 8, ``DeliveryWatch``)
-            self._delegated[key] = tuple(s for s in self.segments if s != ingress and s in shared)
-        return targets
-
-    def _left_to_others(self, ingress: Port, bridge: bytes | None) -> tuple[Segment, ...]:
-        """The segments ``_all_but`` left to another bridge (after it ran for the key)."""
-        return self._delegated.get(ingress if bridge is None else (ingress, bridge), ())
-
-    def _peers_but(self, ingress: Port, bridge: bytes | None = None) -> tuple[Port, ...]:
-        """Peers and segments except the ingress: where an unknown unicast may go (rule 7)."""
-        key = ingress if bridge is None else (ingress, bridge)
-        targets = self._peer_targets.get(key)
-        if targets is None:
-            shared = self.bridges.skip_for(ingress)
-            if bridge is not None:
-                shared |= self.bridges.served_by(bridge)
-            owners: tuple[Port, ...] = (*self.peers, *self.uplinks, *self.segments)
-            targets = tuple(p for p in owners if p != ingress and p not in shared)
-            self._peer_targets[key] = targets
-        return targets
+    # --- clients (rule 2: policy/clients.py) ---------------------------------------------
 
     def connect(self, addr: Address) -> None:
-        """A WebSocket connection opened from ``addr`` (``connections.connection_address``).
-
-        Its address is proven by the TCP handshake, so it registers verified, outside the
-        reflection limit, and stays while the connection is open: the listener's pings tell
-        whether it is alive (rule 2's keepalives and idle expiry are for UDP clients).
-        """
-        self.connected.add(addr)
+        """A WebSocket connection opened from ``addr``: it may register, verified."""
+        self._clients.connect(addr)
 
     def disconnect(self, addr: Address) -> None:
         """The connection from ``addr`` closed: its client leaves."""
-        self.connected.discard(addr)
-        self.remove_client(addr, "left")
-
-    def _register(self, addr: Address, now: float) -> Decision:
-        client = self.clients.get(addr)
-        reflection = self.reflection
-        if client is None and addr in self.connected:
-            proven = self._admit(addr, self.node_for(addr), now, "registered", verified=True)
-            if isinstance(proven, str):
-                return _drop(proven)
-            reply = build_registration_reply(proven.node, proven.server_node)
-            return Decision(Outcome.CONTROL, "registration", replies=((reply, addr),))
-        if client is not None:
-            # Idempotent: same node, the reply is simply sent again (the first may be lost),
-            # within the reflection limit while the address is unproven (rule 2).
-            client.last_seen = now
-            self._events.append(SwitchEvent("reregistered", addr, client.node))
-            reply = build_registration_reply(client.node, client.server_node)
-            if not client.verified and not reflection.allow(
-                addr[0], len(reply), now, "registration_reply"
-            ):
-                return _drop("unverified_rate")
-            return Decision(Outcome.CONTROL, "registration", replies=((reply, addr),))
-        # A newcomer is admitted only if its reply can go now: DOSBox takes the first
-        # datagram it receives as the reply (docs/protocols.md 4.2), so a client must get
-        # nothing before it. The reply is as long as the registration.
-        bound = reflection.check(addr[0], HEADER_LEN, now)
-        if bound is not None:
-            reflection.refuse("registration_reply", bound)
-            return _drop("unverified_rate")
-        admitted = self._admit(addr, self.node_for(addr), now, "registered")
-        if isinstance(admitted, str):
-            return _drop(admitted)
-        reply = build_registration_reply(admitted.node, admitted.server_node)
-        reflection.spend(addr[0], len(reply), now)
-        return Decision(Outcome.CONTROL, "registration", replies=((reply, addr),))
-
-    def _admit(
-        self, addr: Address, node: bytes, now: float, kind: str, *, verified: bool = False
-    ) -> Client | str:
-        """A new client (unverified unless ``verified``), or the drop reason why not (rule 2)."""
-        cfg = self.settings
-        if len(self.clients) - len(self._unverified) >= cfg.max_clients:
-            return "clients_full"
-        if not verified:
-            room = self._room_for_unverified(addr[0], now)
-            if room:
-                return room
-        client = Client(
-            addr,
-            node,
-            self._server_node_for(addr),
-            now,
-            now,
-            verified=verified,
-            last_keepalive=now,
-            nonce=ZERO_NODE if verified else self._random_bytes(6),
-        )
-        self.clients[addr] = client
-        if not verified:
-            self._unverified[addr] = None
-            self._unverified_by_ip.setdefault(addr[0], {})[addr] = None
-        self._client_by_node[node] = client
-        self._rebuild_ports()
-        self._events.append(SwitchEvent(kind, addr, node))
-        return client
-
-    def _room_for_unverified(self, ip: str, now: float) -> str:
-        """Make room for one more unverified client from ``ip``; the drop reason if none."""
-        cfg = self.settings
-        same_ip = self._unverified_by_ip.get(ip)
-        if same_ip is not None and len(same_ip) >= cfg.max_unverified_per_ip:
-            # Players behind one NAT share its address: the newest gets in, its oldest
-            # unverified neighbour (a spoofed registration, or a silent client that can
-            # rejoin) goes.
-            self.remove_client(next(iter(same_ip)), "evicted")
-            return ""
-        if len(self._unverified) < cfg.max_unverified:
-            return ""
-        # Make room with the oldest client that had time to prove itself and did not: a
-        # second to answer its probe, or, if the limit held it, a second past when it was
-        # due. Newer ones may still be waiting for it, or about to send their first packet.
-        # The table is in order of admission, and none admitted within PROOF_WAIT can have
-        # had its chance: the walk stops there, so a flood of registrations that keeps the
-        # table young costs one look per registration, not one per entry (bench/reflect.py:
-        # 44-48 us a spoofed registration at 50,000/s from 10,000 addresses).
-        clients = self.clients
-        for addr in self._unverified:
-            if now - clients[addr].registered_at < PROOF_WAIT:
-                break
-            if self._had_its_chance(addr, now):
-                self.remove_client(addr, "evicted")
-                return ""
-        return "unverified_full"
-
-    def _had_its_chance(self, addr: Address, now: float) -> bool:
-        client = self.clients[addr]
-        wait = PROOF_WAIT if client.probes else FIRST_PROBE_DELAY + PROOF_WAIT
-        return now - client.last_keepalive >= wait
-
-    def _verify(self, client: Client) -> None:
-        """The client proved it receives at its address (its node, or its probe's nonce)."""
-        client.verified = True
-        client.probes = 0
-        self._forget_unverified(client.addr)
-        self._events.append(SwitchEvent("verified", client.addr, client.node))
-
-    def _forget_unverified(self, addr: Address) -> None:
-        if self._unverified.pop(addr, 0) is None:  # it was there (values are None)
-            ip = addr[0]
-            same_ip = self._unverified_by_ip[ip]
-            del same_ip[addr]
-            if not same_ip:
-                del self._unverified_by_ip[ip]
+        self._clients.disconnect(addr)
 
     def remove_client(self, addr: Address, kind: str) -> None:
         """Forget a client (expiry, shutdown) and log why."""
-        client = self.clients.pop(addr, None)
-        if client is None:
-            return
-        self._client_by_node.pop(client.node, None)
-        self._forget_unverified(addr)
-        self._rebuild_ports()
-        self._events.append(SwitchEvent(kind, addr, client.node))
+        self._clients.remove(addr, kind)
 
     def pop_events(self) -> list[SwitchEvent]:
         """Return and clear the events recorded since the last call."""
-        events, self._events = self._events, []
-        return events
+        return self._clients.pop_events()
+
+    def _register(self, addr: Address, now: float) -> Decision:
+        reply = self._clients.register(addr, now)
+        if isinstance(reply, str):
+            return _drop(reply)
+        return Decision(Outcome.CONTROL, "registration", replies=((reply, addr),))
 
     # --- the datagram path -----------------------------------------------------------------
 
@@ -836,7 +426,7 @@ class IpxSwitch:
             return self._from_address(src, header, data, now)
         if src not in self.clients and src not in self.peers:
             # Refused whatever it holds: the datagram is refused once, not packet by packet.
-            refused = self._refused(src)
+            refused = self._clients.refused(src)
             if refused is not None:
                 return _drop(refused)
         return self._batch(data, lambda h, p: self._from_address(src, h, p, now))
@@ -884,15 +474,6 @@ class IpxSwitch:
             return _drop("loop")
         return self._forward(header, data, src, now, (), hops_in=header.hops, learn=True)
 
-    def _refused(self, src: Address) -> str | None:
-        """Why nothing from ``src``, neither a client nor a peer, is taken (rule 2), if so."""
-        if not self.settings.allows(src[0]):
-            return "not_allowed"
-        if src[1] == 0:
-            # No real client sends from port 0; a reply to it would go nowhere useful.
-            return "source_port_zero"
-        return None
-
     def _from_address(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
         """One IPX packet from a UDP address on the tunnel socket (rules 2-8)."""
         client = self.clients.get(src)
@@ -900,14 +481,14 @@ class IpxSwitch:
             return self._from_client(client, header, data, now)
         if src in self.peers:
             return self._from_peer(src, header, data, now)
-        refused = self._refused(src)
+        refused = self._clients.refused(src)
         if refused is not None:
             return _drop(refused)
         if header.is_registration:
             return self._register(src, now)
         if is_connection(src):
             return _drop("unregistered")  # a connection registers first; no segment is behind it
-        if self.settings.rejoin and header.src_node == self.node_for(src):
+        if self.settings.rejoin and header.src_node == self._clients.node_for(src):
             return self._rejoin(src, header, data, now)
         if src[0] in self.own_ips:
             # Our own broadcast to an RFC 1234 segment, looped back to our socket.
@@ -1026,11 +607,6 @@ class IpxSwitch:
             return Decision(Outcome.DROPPED, reason, replies=replies)
         return Decision(Outcome.CONTROL, "beacon", replies=replies)
 
-    def _learn(self, node: bytes, port: Port, now: float) -> None:
-        if node in (BROADCAST_NODE, ZERO_NODE) or node in self._static_nodes:
-            return
-        self._learned.learn(node, port, now)
-
     def _rejoin(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
         """Re-admit a client that was registered before (bridge restart, expiry, eviction).
 
@@ -1041,12 +617,9 @@ class IpxSwitch:
         once; an ``address`` node is predictable, so the packet may be spoofed and the
         client rejoins unverified (rule 2).
         """
-        keyed = self.settings.node_assignment == "keyed"
-        admitted = self._admit(src, header.src_node, now, "rejoined", verified=keyed)
+        admitted = self._clients.rejoin(src, header.src_node, now)
         if isinstance(admitted, str):
             return _drop(admitted)
-        if keyed:
-            self._events.append(SwitchEvent("verified", src, admitted.node))
         return self._from_client(admitted, header, data, now)
 
     def _from_client(self, client: Client, header: IpxHeader, data: bytes, now: float) -> Decision:
@@ -1058,22 +631,11 @@ class IpxSwitch:
         replies: tuple[tuple[bytes, Address], ...] = ()
         if client.verified:
             client.probes = 0
-        elif header.is_echo and header.dst_node == client.nonce:
-            # The answer to a probe only a real receiver at this address has seen (rule 2).
-            self._verify(client)
-            return Decision(Outcome.CONTROL, "ping_reply")
-        elif header.src_node == client.node and self.settings.node_assignment == "keyed":
-            # Its keyed node, which only our registration reply told it (rule 2).
-            self._verify(client)
-        elif client.probes == 0:
-            # Its first packet: it has its registration reply (DOSBox sends nothing before),
-            # so a probe now cannot be taken for the reply (docs/protocols.md 4.2), and one
-            # round trip later it is verified; within the reflection limit (rule 2).
-            probe = build_ping(client.nonce)
-            if self.reflection.allow(client.addr[0], len(probe), now, "probe"):
-                client.probes = 1
-                client.last_keepalive = now
-                replies = ((probe, client.addr),)
+        else:
+            proof = self._clients.prove(client, header, now)  # rule 2
+            if proof is None:  # the answer to its probe, which verified it
+                return Decision(Outcome.CONTROL, "ping_reply")
+            replies = proof
         if header.is_shutdown:
             self.remove_client(client.addr, "shutdown")
             return Decision(Outcome.CONTROL, "shutdown")
@@ -1111,18 +673,6 @@ class IpxSwitch:
             return Decision(Outcome.CONTROL, "to_bridge", header=header)
         return self._forward(header, data, src, now, (), hops_in=header.hops, learn=True)
 
-    def _lookup(self, node: bytes, now: float) -> Port | None:
-        client = self._client_by_node.get(node)
-        if client is not None:
-            return client.addr
-        static = self._static_nodes.get(node)
-        if static is not None:
-            return static
-        learned = self._learned.get(node)
-        if learned is not None and now - learned[1] < self.settings.learned_node_ttl:
-            return learned[0]
-        return None
-
     def _forward(
         self,
         header: IpxHeader,
@@ -1142,7 +692,7 @@ class IpxSwitch:
         if dst_socket in filtered or header.src_socket in filtered or dst_socket == SOCKET_BEACON:
             # The beacon socket is the bridges' own (rule 8): nothing sent there is relayed.
             if learn:  # never relayed, so no other copy of it comes round
-                self._learn(header.src_node, ingress, now)
+                self._table.learn(header.src_node, ingress, now)
             return Decision(Outcome.DROPPED, "filtered_socket", replies=replies)
         # Identity: bytes 10.. of the packet, without checksum, length, hop count and the
         # destination network, which bridges rewrite toward the stations that need it (rule
@@ -1158,27 +708,27 @@ class IpxSwitch:
             # other, dropping every unicast to it as destination_on_ingress.
             return Decision(Outcome.DROPPED, "duplicate", replies=replies)
         if learn:
-            self._learn(header.src_node, ingress, now)
+            self._table.learn(header.src_node, ingress, now)
         hops = hops_in + 1
         if hops >= MAX_HOPS:
             return Decision(Outcome.DROPPED, "hop_limit", replies=replies)
         if header.is_broadcast:
             kind = "broadcast"
-            targets = self._all_but(ingress, bridge)
+            targets = self._table.all_but(ingress, bridge)
             # Watched: what came over a peer link or uplink and was left to another bridge
             # for a segment (that bridge got it the same way). Not what came from a segment:
             # the bridges there heard it themselves, and a copy sent late into a segment
             # would come back to them as a new packet (measured: a storm across kinds).
             if self.bridges.any_heard and not isinstance(ingress, Segment):
-                left = self._left_to_others(ingress, bridge)
+                left = self._table.left_to_others(ingress, bridge)
                 if left:
                     targets = self._watch_left(identity, data, hops, left, targets, now)
         else:
-            owner = self._lookup(header.dst_node, now)
+            owner = self._table.lookup(header.dst_node, now, self.settings.learned_node_ttl)
             if owner is None:
                 # Only peers and segments may own an unknown node; a DOSBox client would take
                 # it (rule 7).
-                targets = self._peers_but(ingress, bridge)
+                targets = self._table.peers_but(ingress, bridge)
                 if not targets:
                     return Decision(Outcome.DROPPED, "unknown_destination", replies=replies)
                 kind = "flooded"
@@ -1191,7 +741,7 @@ class IpxSwitch:
             return Decision(Outcome.DROPPED, "no_destination", replies=replies)
         held = 0
         if self._unverified:
-            targets, held = self._within_limit(targets, len(data), now)
+            targets, held = self._clients.within_limit(targets, len(data), now)
             if not targets:
                 return Decision(Outcome.DROPPED, "unverified_rate", replies=replies, held=held)
         # Rule 9, the bound that holds when every other rule was fooled: a copy that came by
@@ -1250,27 +800,6 @@ class IpxSwitch:
         """Broadcasts left to another bridge whose copy did not appear: send them now."""
         return self.watch.due(now) if self.watch.pending else []
 
-    def _within_limit(
-        self, targets: tuple[Port, ...], size: int, now: float
-    ) -> tuple[tuple[Port, ...], int]:
-        """Leave out unverified clients the reflection limit refuses (rule 2); count them."""
-        unverified = self._unverified
-        if unverified.keys().isdisjoint(targets):
-            return targets, 0
-        kept: list[Port] = []
-        held = 0
-        allow = self.reflection.allow
-        for addr in targets:
-            if (
-                isinstance(addr, tuple)
-                and addr in unverified
-                and not allow(addr[0], size, now, "copy", COPY_RESERVE)
-            ):
-                held += 1
-                continue
-            kept.append(addr)
-        return tuple(kept), held
-
     def probe_packets(
         self, dst_socket: int, src_socket: int, payload: bytes, now: float
     ) -> list[tuple[bytes, Port]]:
@@ -1280,14 +809,7 @@ class IpxSwitch:
         id), so replies come back addressed to the bridge (``to_bridge``) and are inspected
         there. Unverified clients get a probe only within the reflection limit (rule 2).
         """
-        out: list[tuple[bytes, Port]] = []
-        for client in self.clients.values():
-            packet = build_broadcast(client.server_node, dst_socket, src_socket, payload)
-            if not client.verified and not self.reflection.allow(
-                client.addr[0], len(packet), now, "dplay_probe"
-            ):
-                continue
-            out.append((packet, client.addr))
+        out = self._clients.probes(dst_socket, src_socket, payload, now)
         if self.segments:
             packet = build_broadcast(self.bridge_id, dst_socket, src_socket, payload)
             out += [(packet, segment) for segment in self.segments]
@@ -1296,54 +818,17 @@ class IpxSwitch:
     # --- timers ----------------------------------------------------------------------------
 
     def tick(self, now: float) -> list[tuple[bytes, Port]]:
-        """Expire silent clients and old records; return keepalives to send.
-
-        Every client is kept until ``idle_timeout`` (rule 2). One that never answered is not
-        pinged for ever: after ``unverified_probes`` keepalives it gets no more, so a spoofed
-        registration draws a bounded number of keepalives toward its victim (docs/reliability.md
-        I4), while an IPXWrapper host that never answers pings stays registered.
-        """
-        cfg = self.settings
+        """Beacons, late copies, uplink and client keepalives to send; expire old records."""
         out: list[tuple[bytes, Port]] = self.beacons(now) + self.watch_due(now)
         if self.uplink_server is not None:
             keepalives, expired = self.uplink_server.tick(now)
             out += keepalives
             for addr in expired:
                 self.remove_uplink(addr)
-        first_probe = min(FIRST_PROBE_DELAY, cfg.keepalive_interval)
-        connected = self.connected
-        for client in list(self.clients.values()):
-            if connected and client.addr in connected:
-                continue  # a WebSocket connection: alive while it is open (``connect``)
-            silent = now - client.last_seen
-            if silent >= cfg.idle_timeout:
-                self.remove_client(client.addr, "expired")
-                continue
-            if client.verified:
-                if silent < cfg.keepalive_interval:
-                    continue
-                if now - client.last_keepalive < cfg.keepalive_interval:
-                    continue
-            else:
-                if client.probes >= cfg.unverified_probes:
-                    continue
-                wait = first_probe if client.probes == 0 else cfg.keepalive_interval
-                if now - client.last_keepalive < wait:
-                    continue
-                # A probe is traffic toward an unproven address too: within the reflection
-                # limit (rule 2). A real DOSBox client answers it, even when it only listens
-                # (docs/protocols.md 4.5), and is then limited no longer.
-                if not self.reflection.allow(client.addr[0], HEADER_LEN, now, "probe"):
-                    continue
-            client.probes += 1
-            client.last_keepalive = now
-            # An unverified client's probe comes from its nonce; its answer proves receipt.
-            source = client.server_node if client.verified else client.nonce
-            out.append((build_ping(source), client.addr))
+        out += self._clients.tick(now)  # rule 2: keepalives, probes, expiry
         self._dedup.purge(now)
         self._egress.purge(now)
-        self.reflection.purge(now)
-        self._learned.expire(now, cfg.learned_node_ttl)
+        self._table.expire(now, self.settings.learned_node_ttl)
         return out
 
     def beacons(self, now: float) -> list[tuple[bytes, Port]]:
@@ -1356,18 +841,16 @@ class IpxSwitch:
 
     def learned_segment_nodes(self) -> list[tuple[bytes, Segment, float]]:
         """(node, segment, last heard) of every station learned on an interface port."""
-        return [
-            (n, via, seen) for n, via, seen in self._learned.items() if isinstance(via, Segment)
-        ]
+        return self._table.learned_segment_nodes()
 
     def learned_on(self, port: Port) -> int:
         """How many nodes are currently learned behind ``port``."""
-        return sum(1 for _, via, _ in self._learned.items() if via == port)
+        return self._table.learned_on(port)
 
     @property
     def learned_nodes(self) -> int:
         """How many nodes are currently known behind peers."""
-        return len(self._learned)
+        return self._table.learned_nodes
 
 
 # Re-exported for callers that want one import.

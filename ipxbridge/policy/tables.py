@@ -18,8 +18,9 @@ An owner that keeps figures over the values (the framing learner's count per fra
 of every entry that leaves, by eviction, expiry or ``pop`` (``on_remove``). The clock is
 passed in (docs/architecture.md).
 
-``EgressGuard`` is the end-to-end bound on loops: a packet goes out of a given port at most
-once per window, whatever way it came in and whatever the other rules concluded.
+``EgressGuard`` is the end-to-end bound on loops (the switch's rule 9): a packet goes out of a
+given port at most once per window, whatever way it came in and whatever the other rules
+concluded.
 """
 
 from collections import Counter, OrderedDict
@@ -186,17 +187,26 @@ class ProvenTable(Generic[K, V]):
 class EgressGuard(Generic[P]):
     """A copy that came back by another way never leaves by a port its first copy left by.
 
-    The loop bound of last resort (policy/switch.py rule 9). A loop through an encapsulation
-    without a hop count (IPXWrapper's UDP) returns a copy on the port its first copy came in
-    on, so the duplicate filter, which passes a port's repeats, passes it too. What tells it
-    from a game repeating itself is the *way* it arrived: the ingress port and the
-    link-layer source it came from (a station's MAC or address for the original; another
-    bridge's for a copy that went round). So, per packet identity, the guard keeps the way
-    of the copy that last went out and the ports it went to:
+    Rule 9 of the IPX switch (``policy/switch.py`` keeps the numbered list), the loop bound
+    that holds when every other rule is fooled:
 
-    * the same way again is the sender repeating itself (a retry, a status with no
-      counter, redundancy against loss): it goes to every target, however often, and
-      refreshes the record;
+    9. A packet (bytes 10.. of it, as rule 6 names it) that arrives by another *way* than
+       the copy that last left (another port, or the same port from another link-layer
+       source) within ``window`` of it (the switch's ``EGRESS_WINDOW``) does not leave by a
+       port that copy left by. IPXWrapper's header has no hop count, so a copy that crosses
+       it starts again at hop 0 and returns on the port its first copy came in on, which the
+       duplicate filter (rule 6) passes, as it passes a port's repeats; but it returns from
+       the bridge that translated it, not from the station that sent it, so it cannot go
+       out again. A sender repeating itself (a retry, a status without a counter,
+       redundancy against loss) arrives by the same way each time and goes out each time,
+       however fast.
+
+    So, per packet identity, the guard keeps the way of the copy that last went out (the
+    ingress port and the link-layer source it came from: a station's MAC or address for the
+    original, another bridge's for a copy that went round) and the ports it went to:
+
+    * the same way again is the sender repeating itself: it goes to every target, however
+      often, and refreshes the record;
     * another way within ``window`` of the last send is a copy that went round: it goes
       only to ports the packet has not left by, and changes nothing else, so a loop stops
       at the first copy that comes back.

@@ -46,7 +46,7 @@ EthernetReason = Literal[
     "eth_bad_8023_length",  # the 802.3 length field claims more bytes than the frame holds
     "eth_bad_ipx_length",  # IPX Length < 30 or larger than the bytes the framing carries
 ]
-# ipxbridge's own beacons (wire/ipx.py, policy/switch.py rule 8).
+# ipxbridge's own beacons (wire/ipx.py, policy/bridges.py rule 8).
 BeaconReason = Literal[
     "beacon_malformed",  # another version, or a count that runs past the data
     "beacon_unverified",  # a key is configured and the MAC is missing or wrong

@@ -245,7 +245,7 @@ KEYED_NODE_PREFIX: Final = b"\x02"  # unicast, locally administered (IEEE 802 U/
 
 
 def keyed_node(key: bytes, ip: str, port: int) -> bytes:
-    """The node the bridge assigns to a client at ``ip:port`` (policy/switch.py rule 2).
+    """The node the bridge assigns to a client at ``ip:port`` (policy/clients.py, rule 2).
 
     ``02`` then the first 5 bytes of HMAC-SHA256(key, "ip:port"): a valid unicast MAC that
     no vendor assigns, unpredictable without the key, and the same after a restart.
@@ -354,7 +354,7 @@ def build_shutdown(client_node: bytes) -> bytes:
     )
 
 
-# --- ipxbridge's own beacon (two bridges on one segment, policy/switch.py rule 8) ----------
+# --- ipxbridge's own beacon (two bridges on one segment, policy/bridges.py rule 8) ---------
 
 # A socket in Novell's assigned range that no protocol in docs/protocols.md 3.1 uses. Stations
 # without it open discard the packet, as they discard RIP and SAP they do not listen to.

@@ -13,6 +13,7 @@ import pytest
 from ipxbridge.policy import relay as relay_mod
 from ipxbridge.policy import switch as switch_mod
 from ipxbridge.policy.budget import ReflectionLimit
+from ipxbridge.policy.port_table import PortTable
 from ipxbridge.policy.reassembly import Reassembler, ReassemblyLimits
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ipx
@@ -69,7 +70,7 @@ def test_a_round_trip_mismatch_fails(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_switch_property_catches_a_reflection_to_the_ingress(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(switch_mod.IpxSwitch, "_all_but", lambda self, *_args: self._ports)
+    monkeypatch.setattr(PortTable, "all_but", lambda self, *_args: self.ports)
     with pytest.raises(AssertionError):
         targets.check_switch(TARGETS["switch"].seeds()[0])
 

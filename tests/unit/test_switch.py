@@ -6,8 +6,8 @@ from ipaddress import IPv4Network
 
 import pytest
 
+from ipxbridge.policy.clients import FIRST_PROBE_DELAY, ClientTable
 from ipxbridge.policy.switch import (
-    FIRST_PROBE_DELAY,
     Address,
     IpxSwitch,
     Outcome,
@@ -858,13 +858,13 @@ def test_a_full_table_of_young_registrations_is_not_walked_for_each_newcomer(
     # is refused after one look, not a walk over the whole table (bench/reflect.py, R26).
     sw = make(max_unverified=256)
     looked: list[Address] = []
-    chance = IpxSwitch._had_its_chance
+    chance = ClientTable._had_its_chance
 
-    def counting(self: IpxSwitch, addr: Address, now: float) -> bool:
+    def counting(self: ClientTable, addr: Address, now: float) -> bool:
         looked.append(addr)
         return chance(self, addr, now)
 
-    monkeypatch.setattr(IpxSwitch, "_had_its_chance", counting)
+    monkeypatch.setattr(ClientTable, "_had_its_chance", counting)
     for i in range(256):
         register(sw, (f"10.9.{i // 250}.{i % 250 + 1}", 5000), i / 1000)
     refused = [sw.handle(ipx.build_registration(), ("10.8.0.1", 6000 + n), 0.3) for n in range(100)]

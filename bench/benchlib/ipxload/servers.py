@@ -31,7 +31,7 @@ from benchlib.ipxload.client import (
     process_cpu_seconds,
 )
 from benchlib.procstat import rss_kib
-from ipxbridge.policy.switch import FIRST_PROBE_DELAY
+from ipxbridge.policy.clients import FIRST_PROBE_DELAY
 
 SERVER_CPU: Final = 1
 CLIENT_CPU: Final = 0
