@@ -8,7 +8,7 @@ DOSBox-protocol players on the LAN joining over the first half minute, one leavi
 three DirectPlay games hosted over IPX (a Total Annihilation 2v2 that starts, a Star Trek:
 Armada 1v1 with its map, a Total Annihilation lobby), their game traffic at made-up but
 plausible rates; a PC on the LAN and a player at home searching for DirectPlay games over
-UDP; then headless Chromium (tests/integration/cdp.py) at 1366x768, the whole page.
+UDP; then headless Chromium (scripts/cdp.py) at 1366x768, the whole page.
 
 Everything runs in network namespaces it creates (``ixbshot_*``; the 192.168.10.0/24 LAN and
 10.8.0.0/24 link exist only inside them) and removes at the end, with whatever still runs in
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # for tests.integration: the harness and the DevTools client
+sys.path.insert(0, str(ROOT))  # for scripts.harness and scripts.cdp, run as a file
 
 from ipxbridge.wire import ipx  # noqa: E402
 from ipxbridge.wire.directplay import (  # noqa: E402
@@ -52,8 +52,8 @@ from ipxbridge.wire.directplay import (  # noqa: E402
     build_enum_sessions,
     build_enum_sessions_reply,
 )
-from tests.integration.cdp import Browser  # noqa: E402
-from tests.integration.harness import (  # noqa: E402
+from scripts.cdp import Browser  # noqa: E402
+from scripts.harness import (  # noqa: E402
     BridgeProcess,
     Client,
     Netns,

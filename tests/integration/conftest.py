@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from scripts.harness import Netns
 from tests.integration import container
-from tests.integration.harness import Netns
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.integration.harness import DosBox
+from scripts.harness import DosBox
 
 SOURCES = Path(__file__).resolve().parent / "dos"
 PROGRAMS = ("IPXRECV", "IPXSEND")

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
-from tests.integration.harness import inside
+from scripts.harness import inside
 
 IPXWRAPPER_PORT: Final = 54792  # src/ipxwrapper.h, the default UDP port
 HEADER: Final = struct.Struct("!B4s6sH4s6sHH")  # struct ipx_packet, packed (27 bytes)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tests.integration.cdp import Browser
+from scripts.cdp import Browser
 
 HERE = Path(__file__).resolve().parent / "jsdos"
 DIST = HERE / "node_modules" / "emulators" / "dist"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from scripts.harness import namespaces, run_bench
 from tests.integration.conftest import require
-from tests.integration.harness import namespaces, run_bench
 
 
 @pytest.mark.netns

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
+from scripts.harness import BridgeProcess, DosBox, Netns, bridge_get
 from tests.integration import dosprog
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, DosBox, Netns, bridge_get
 from tests.integration.jsdos_harness import DIST, NPM_CI, Emulator, JsDos
 
 COUNT = 5

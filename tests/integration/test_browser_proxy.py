@@ -26,8 +26,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from scripts.harness import BridgeProcess, LoggedProcess, Netns, bridge_get, inside
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, LoggedProcess, Netns, bridge_get, inside
 from tests.integration.test_websocket_bounds import REGISTRATION, broadcast
 
 NGINX_CONF = """\

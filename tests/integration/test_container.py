@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts.harness import DosBox, Netns, bridge_get
 from tests.integration.conftest import EARLY_BASE, require
 from tests.integration.container import (
     BASE_TAG,
@@ -46,7 +47,6 @@ from tests.integration.container import (
     scan_tree,
     start_base,
 )
-from tests.integration.harness import DosBox, Netns, bridge_get
 
 pytestmark = pytest.mark.netns
 

@@ -40,8 +40,7 @@ from pathlib import Path
 import pytest
 
 from ipxbridge.wire import ipx
-from tests.integration.conftest import require
-from tests.integration.harness import (
+from scripts.harness import (
     ROOT,
     BridgeProcess,
     Client,
@@ -50,6 +49,7 @@ from tests.integration.harness import (
     inside,
     sh,
 )
+from tests.integration.conftest import require
 
 ENTRYPOINT = ROOT / "deploy" / "docker" / "entrypoint.sh"
 HEALTHCHECK = ROOT / "deploy" / "docker" / "healthcheck.py"

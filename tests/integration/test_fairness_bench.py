@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from scripts.harness import namespaces, run_bench
 from tests.integration.conftest import require
-from tests.integration.harness import namespaces, run_bench
 
 LEGIT = re.compile(
     r"^legitimate: sent (\d+), delivered (\d+) \(([\d.]+) %\), latency p50 ([\d.]+) ms, "

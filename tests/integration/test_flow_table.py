@@ -30,8 +30,7 @@ from ipxbridge.wire.directplay import (
     build_dp8_enum_response,
     parse_dplay,
 )
-from tests.factories import dp8_response
-from tests.integration.harness import (
+from scripts.harness import (
     BridgeProcess,
     Netns,
     bridge_get,
@@ -40,6 +39,7 @@ from tests.integration.harness import (
     run_bench,
     sh,
 )
+from tests.factories import dp8_response
 
 PLAYER = "10.72.0.10"
 HOST = "10.73.1.20"

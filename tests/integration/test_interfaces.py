@@ -26,8 +26,8 @@ from pyroute2.netlink.rtnl import RTM_NEWADDR
 
 from ipxbridge.io import netlink
 from ipxbridge.policy.topology import Interface, InterfaceAddress, Topology, build_interface
+from scripts.harness import ROOT, BridgeProcess, Netns, bridge_get, sh
 from tests.integration.conftest import require
-from tests.integration.harness import ROOT, BridgeProcess, Netns, bridge_get, sh
 from tests.integration.topo import WireGuardGo, start_watcher
 
 

@@ -32,8 +32,7 @@ from scapy.fields import ByteField, MACField, ShortField, XIntField, XShortField
 from scapy.layers.l2 import LLC, SNAP, STP, Dot3, Ether
 from scapy.packet import NoPayload, Packet, Padding, Raw
 
-from tests.integration.conftest import require
-from tests.integration.harness import (
+from scripts.harness import (
     ANNOUNCE_SOCKET,
     BridgeProcess,
     Client,
@@ -43,6 +42,7 @@ from tests.integration.harness import (
     inside,
     sh,
 )
+from tests.integration.conftest import require
 
 BRIDGE_SEG = "10.81.0.1"
 BRIDGE_CL = "10.82.0.1"

@@ -41,7 +41,7 @@ import pytest
 from scapy.packet import Raw
 
 from ipxbridge.wire import ipx
-from tests.integration.harness import (
+from scripts.harness import (
     BridgeProcess,
     Client,
     Netns,

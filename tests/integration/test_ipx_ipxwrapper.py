@@ -38,15 +38,15 @@ import pytest
 
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ipx
-from tests.integration import wg
-from tests.integration.conftest import require
-from tests.integration.harness import (
+from scripts.harness import (
     BridgeProcess,
     Client,
     Netns,
     bridge_get,
     inside,
 )
+from tests.integration import wg
+from tests.integration.conftest import require
 from tests.integration.ipxwrapper_station import (
     SUBNET_DROP,
     IpxWrapperStation,

@@ -42,9 +42,9 @@ from typing import Protocol
 import pytest
 
 from ipxbridge.wire import ipx
+from scripts.harness import BridgeProcess, Client, Netns, bridge_get, inside, sh
 from tests.integration import wg
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, Client, Netns, bridge_get, inside, sh
 
 DATA_SOCKET = 0x4545  # the socket the test's broadcasts use (not in the bridge's filter)
 RIP_SOCKET = 0x0453  # a NetWare client's RIP request on load; filtered by the bridge

@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 from ipxbridge.wire import ipx
-from tests.integration.conftest import require
-from tests.integration.harness import (
+from scripts.harness import (
     ANNOUNCE_SOCKET,
     BridgeProcess,
     Client,
@@ -32,6 +31,7 @@ from tests.integration.harness import (
     bridge_get,
     inside,
 )
+from tests.integration.conftest import require
 
 
 def one_bridge(net: Netns) -> tuple[str, str, str]:

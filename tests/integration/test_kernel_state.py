@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from scripts.harness import ROOT, BridgeProcess, Netns, inside, sh
 from tests.integration.conftest import require
-from tests.integration.harness import ROOT, BridgeProcess, Netns, inside, sh
 
 PORT = 47624
 LAN_A_BCAST = "10.72.1.255"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from scripts.harness import BridgeProcess, DosBox, Netns
 from tests.integration import dosprog
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, DosBox, Netns
 from tests.integration.test_ipx_tunnel import one_bridge, two_sites
 
 

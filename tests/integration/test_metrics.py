@@ -14,8 +14,8 @@ import pytest
 
 from ipxbridge.wire import ipx
 from ipxbridge.wire.directplay import EnumSessionsReply, SessionDesc, build_enum_sessions_reply
+from scripts.harness import BridgeProcess, Client, Netns, bridge_get, sh
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, Client, Netns, bridge_get, sh
 from tests.port_labels import families, port_label_problems, ports_by_family
 
 TA = uuid.UUID("99797420-F5F5-11CF-9827-00A0241496C8")

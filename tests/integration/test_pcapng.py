@@ -26,8 +26,8 @@ import pytest
 from ipxbridge.commands.decode import decode_pcap
 from ipxbridge.games import game_table
 from ipxbridge.io.capture import read_capture
+from scripts.harness import Netns, inside
 from tests.integration.conftest import require
-from tests.integration.harness import Netns, inside
 from tests.unit.test_pcap import assorted_pcapng
 from tests.unit.vectors import VECTORS_INTERFACES, VECTORS_PCAP, VECTORS_PCAPNG, load_vectors
 

@@ -27,7 +27,7 @@ import pytest
 
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ipx
-from tests.integration.harness import (
+from scripts.harness import (
     ROOT,
     BridgeProcess,
     Client,

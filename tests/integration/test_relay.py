@@ -39,10 +39,10 @@ from ipxbridge.wire.directplay import (
     build_enum_sessions_reply,
     parse_dplay,
 )
+from scripts.harness import BridgeProcess, Netns, bridge_get, inside, sh
 from tests.factories import dp8_response
 from tests.integration import wg
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, Netns, bridge_get, inside, sh
 
 ARMADA = uuid.UUID("76F93801-9340-11D2-AE34-00600895C779")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ipxbridge.wire import ipx
-from tests.integration.harness import BridgeProcess, Client, Netns, bridge_get, inside
+from scripts.harness import BridgeProcess, Client, Netns, bridge_get, inside
 from tests.integration.test_metrics import value
 
 GOOD = """\

@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from ipxbridge.wire import ipx
-from tests.integration.harness import BridgeProcess, Netns, inside, sh
+from scripts.harness import BridgeProcess, Netns, inside, sh
 from tests.integration.test_ipx_segments import (
     ETH_P_ALL,
     ETHERNET_II,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from ipxbridge.wire.directplay import EnumSessionsReply, SessionDesc, build_enum_sessions_reply
+from scripts.harness import ROOT, BridgeProcess, Client, Netns
 from tests.factories import armada_user
-from tests.integration.harness import ROOT, BridgeProcess, Client, Netns
 
 FAKE_HOST = Path(__file__).with_name("fake_dplay_host.py")
 TA = uuid.UUID("99797420-F5F5-11CF-9827-00A0241496C8")

@@ -21,9 +21,9 @@ import pytest
 
 from ipxbridge.wire import ipx
 from ipxbridge.wire.directplay import EnumSessionsReply, SessionDesc, build_enum_sessions_reply
-from tests.integration.cdp import Browser
+from scripts.cdp import Browser
+from scripts.harness import BridgeProcess, Client, Netns, bridge_get
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, Client, Netns, bridge_get
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 ORIGIN = "http://127.0.0.1:9213"

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from scripts.harness import namespaces, run_bench
 from tests.integration.conftest import require
-from tests.integration.harness import namespaces, run_bench
 
 Values = dict[str, Any]
 

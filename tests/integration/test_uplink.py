@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ipxbridge.wire import ipx
-from tests.integration.harness import BridgeProcess, Client, Netns, bridge_get, inside
+from scripts.harness import BridgeProcess, Client, Netns, bridge_get, inside
 
 PASSWORD = "correct horse battery staple"  # noqa: S105 - a test secret
 A_TUNNEL = ("10.40.0.1", 213)

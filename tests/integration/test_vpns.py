@@ -53,9 +53,9 @@ from pathlib import Path
 
 import pytest
 
+from scripts.harness import BridgeProcess, Netns, sh
 from tests.integration import vpn, wg
 from tests.integration.conftest import require
-from tests.integration.harness import BridgeProcess, Netns, sh
 
 FIND_PORT = 50000  # the players' fixed source ports
 DP4_PORT = 50001

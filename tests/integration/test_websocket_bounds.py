@@ -32,7 +32,7 @@ import aiohttp
 from ipxbridge.io.websocket import Connection, ListenerSettings, WebSocketListener
 from ipxbridge.wire import directplay as dp
 from ipxbridge.wire import ipx
-from tests.integration.harness import ROOT, STARTED, LoggedProcess
+from scripts.harness import ROOT, STARTED, LoggedProcess
 from tests.integration.test_browser_players import make_tls
 
 HEADER = struct.Struct("!HHBB4s6sH4s6sH")

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.integration.harness import ROOT, Netns, sh
+from scripts.harness import ROOT, Netns, sh
 
 UAPI_DIR = Path("/var/run/wireguard")
 

@@ -42,8 +42,8 @@ from ipxbridge.wire.directplay import (
     parse_dplay,
 )
 from ipxbridge.wire.errors import WireError
+from scripts.harness import LoggedProcess, Netns, bridge_get, inside, sh
 from tests.integration import wg
-from tests.integration.harness import LoggedProcess, Netns, bridge_get, inside, sh
 
 GAME_PORT: Final = 47624  # DirectPlay 4's enumeration port, one of the relay's defaults
 SO_BINDTODEVICE: Final = 25  # asm-generic/socket.h (socket.SO_BINDTODEVICE is not everywhere)

@@ -9,7 +9,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from tests.integration.harness import Netns, sh
+from scripts.harness import Netns, sh
 
 
 def genkey() -> tuple[str, str]:

@@ -24,7 +24,7 @@ from pyroute2 import netns as pr_netns
 
 from ipxbridge.wire import ipx
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_bench(script: str, *args: str, timeout: float) -> tuple[int, str]:
