@@ -35,7 +35,6 @@ from ipxbridge.policy.sessions import (
 from ipxbridge.wire.directplay import (
     DP4Message,
     DP8EnumQuery,
-    DP8EnumResponse,
     DP8Frame,
     DPlayError,
     DPlayMessage,
@@ -138,29 +137,6 @@ def dplay_json(msg: DPlayMessage, games: Mapping[UUID, str]) -> Json:
                 message_size=parsed.message_size,
                 data_size=parsed.data_size,
             )
-    elif isinstance(msg, DP8EnumQuery):
-        guid = msg.application_guid
-        out.update(
-            version=8,
-            command=0x02,
-            command_name="EnumQuery",
-            query_type=msg.query_type,
-            cookie=msg.cookie,
-        )
-    elif isinstance(msg, DP8EnumResponse):
-        guid = msg.application_guid
-        out.update(
-            version=8,
-            command=0x03,
-            command_name="EnumResponse",
-            session_name=msg.session_name,
-            current_players=msg.current_players,
-            **lobby_json(dp8_lobby(msg)),  # max_players null: MaxPlayers 0, no limit
-            max_players_wire=msg.max_players,
-            flags=msg.flags,
-            cookie=msg.cookie,
-            instance_guid=format_guid(msg.instance_guid),
-        )
     elif isinstance(msg, DP8Frame):
         out.update(
             version=8,
@@ -168,23 +144,40 @@ def dplay_json(msg: DPlayMessage, games: Mapping[UUID, str]) -> Json:
             command_name=dp8_frame_name(msg),
             session_id=f"0x{msg.session_id:08x}",
         )
+    else:  # a DirectPlay 8 enumeration: the query, or a host's response
+        guid = msg.application_guid
+        out["version"] = 8
+        if isinstance(msg, DP8EnumQuery):
+            out.update(command=0x02, command_name="EnumQuery", query_type=msg.query_type)
+            out["cookie"] = msg.cookie
+        else:
+            out.update(
+                command=0x03,
+                command_name="EnumResponse",
+                session_name=msg.session_name,
+                current_players=msg.current_players,
+                **lobby_json(dp8_lobby(msg)),  # max_players null: MaxPlayers 0, no limit
+                max_players_wire=msg.max_players,
+                flags=msg.flags,
+                cookie=msg.cookie,
+                instance_guid=format_guid(msg.instance_guid),
+            )
     if guid is not None:
         out["game_guid"] = format_guid(guid)
         out["game"] = games.get(guid)
     return out
 
 
+def _undecoded(reason: str, detail: str) -> Json:
+    """What could not be decoded, and why (the codec's reason and detail)."""
+    return {"ok": False, "error": reason, "detail": detail, "ipx": None, "directplay": None}
+
+
 def _dplay(payload: bytes, games: Mapping[UUID, str], *, dp8_context: bool) -> Json:
     try:
         msg = parse_dplay(payload, dp8_context=dp8_context)
     except DPlayError as exc:
-        return {
-            "ok": False,
-            "error": exc.reason,
-            "detail": exc.detail,
-            "ipx": None,
-            "directplay": None,
-        }
+        return _undecoded(exc.reason, exc.detail)
     return {"ok": True, "error": None, "ipx": None, "directplay": dplay_json(msg, games)}
 
 
@@ -193,13 +186,7 @@ def decode_ipx(data: bytes, games: Mapping[UUID, str]) -> Json:
     try:
         header = parse_header(data)
     except WireError as exc:
-        return {
-            "ok": False,
-            "error": exc.reason,
-            "detail": exc.detail,
-            "ipx": None,
-            "directplay": None,
-        }
+        return _undecoded(exc.reason, exc.detail)
     out: Json = {"ok": True, "error": None, "ipx": ipx_json(header), "directplay": None}
     payload = data[HEADER_LEN:]
     if payload:
@@ -232,15 +219,7 @@ def decode_hex(text: str, games: Mapping[UUID, str]) -> list[Json]:
     try:
         data = bytes.fromhex(cleaned)
     except ValueError:
-        return [
-            {
-                "ok": False,
-                "error": "bad_hex",
-                "detail": "not a hexadecimal string",
-                "ipx": None,
-                "directplay": None,
-            }
-        ]
+        return [_undecoded("bad_hex", "not a hexadecimal string")]
     if looks_like_ipx(data):
         return [{"frame": 1, **decode_ipx(data, games)}]
     return [{"frame": 1, **_dplay(data, games, dp8_context=True)}]

@@ -319,17 +319,17 @@ class TopologyWatcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the task must never die
-                self.errors += 1
-                logger.log(
-                    logging.DEBUG if failing else logging.WARNING,
-                    "netlink monitor failed (%r); re-opening in %.0f s",
-                    exc,
-                    REOPEN_DELAY,
-                )
+                self._failed("netlink monitor failed", "re-opening", exc, failing=failing)
                 failing = True
             finally:
                 self._close_monitor()
             await asyncio.sleep(REOPEN_DELAY)
+
+    def _failed(self, what: str, then: str, exc: Exception, *, failing: bool) -> None:
+        """Count a failure and say it: a warning, or a debug line while it keeps failing."""
+        self.errors += 1
+        level = logging.DEBUG if failing else logging.WARNING
+        logger.log(level, "%s (%r); %s in %.0f s", what, exc, then, REOPEN_DELAY)
 
     async def _refresh_loop(self) -> None:
         failing = False
@@ -342,13 +342,7 @@ class TopologyWatcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - keep the last snapshot, retry later
-                self.errors += 1
-                logger.log(
-                    logging.DEBUG if failing else logging.WARNING,
-                    "topology re-read failed (%r); retrying in %.0f s",
-                    exc,
-                    REOPEN_DELAY,
-                )
+                self._failed("topology re-read failed", "retrying", exc, failing=failing)
                 failing = True
                 await asyncio.sleep(REOPEN_DELAY)
                 self._dirty.set()

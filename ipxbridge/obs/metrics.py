@@ -193,18 +193,13 @@ class BridgeCollector(Collector):
 
         ipx_ports = _ipx_ports(ipx_state)
         relay_ports = _relay_ports(relay)
-        received = CounterMetricFamily(
+        yield _by_path_and_port(
             "ipxbridge_received_packets",
             "Datagrams received, by path and ingress port (kind, interface). An IPX packet in"
             " a coalesced batch counts on its own.",
-            labels=["path", "kind", "interface"],
+            (ipx_ports, ipx.port_received),
+            (relay_ports, relay.received_by_interface),
         )
-        for port, n in _dense(ipx_ports, ipx.port_received):
-            received.add_metric(["ipx", *port], n)
-        by_iface = {(RELAY_KIND, name): n for name, n in relay.received_by_interface.items()}
-        for port, n in _dense(relay_ports, by_iface):
-            received.add_metric(["relay", *port], n)
-        yield received
 
         forwarded = CounterMetricFamily(
             "ipxbridge_forwarded_packets",
@@ -317,17 +312,12 @@ class BridgeCollector(Collector):
         yield peers
         yield heard
 
-        copies = CounterMetricFamily(
+        yield _by_path_and_port(
             "ipxbridge_sent_copies",
             "Copies sent, by path and egress port (kind, interface).",
-            labels=["path", "kind", "interface"],
+            (ipx_ports, ipx.port_copies),
+            (relay_ports, relay.copies),
         )
-        for port, n in _dense(ipx_ports, ipx.port_copies):
-            copies.add_metric(["ipx", *port], n)
-        by_egress = {(RELAY_KIND, name): n for name, n in relay.copies.items()}
-        for port, n in _dense(relay_ports, by_egress):
-            copies.add_metric(["relay", *port], n)
-        yield copies
 
         held = CounterMetricFamily(
             "ipxbridge_held_copies",
@@ -365,16 +355,15 @@ class BridgeCollector(Collector):
             for limit in (BOUND_ADDRESS, BOUND_TOTAL):
                 limited.add_metric([what, limit], limited_counts.get((what, limit), 0))
         yield limited
-        delegated = CounterMetricFamily(
+        yield _closed_set(
             "ipxbridge_ipx_delegated",
             "Broadcasts left to another bridge on one of this bridge's segments (rule 8), by"
             " outcome: seen (its copy appeared there), missing (it did not within the window,"
             " so this bridge sent it itself), full (too many watched: sent at once).",
-            labels=["outcome"],
+            "outcome",
+            WATCH_OUTCOMES,
+            ipx_state.delegated,
         )
-        for outcome in WATCH_OUTCOMES:
-            delegated.add_metric([outcome], ipx_state.delegated.get(outcome, 0))
-        yield delegated
 
         errors = CounterMetricFamily(
             "ipxbridge_send_errors",
@@ -416,14 +405,12 @@ class BridgeCollector(Collector):
         for (version, command), n in sorted(dplay.messages.items()):
             messages.add_metric([str(version), command], n)
         yield messages
-        malformed = CounterMetricFamily(
+        yield _by_label(
             "ipxbridge_directplay_malformed",
             "Malformed DirectPlay payloads, by reason.",
-            labels=["reason"],
+            "reason",
+            dplay.errors,
         )
-        for reason, n in sorted(dplay.errors.items()):
-            malformed.add_metric([reason], n)
-        yield malformed
 
         sessions = GaugeMetricFamily(
             "ipxbridge_directplay_sessions",
@@ -464,14 +451,12 @@ class BridgeCollector(Collector):
         yield up
         yield iface_info
 
-        events = CounterMetricFamily(
+        yield _by_label(
             "ipxbridge_netlink_events",
             "Link, address and route events seen, by type.",
-            labels=["type"],
+            "type",
+            relay.netlink_events,
         )
-        for kind, n in sorted(relay.netlink_events.items()):
-            events.add_metric([kind], n)
-        yield events
 
         hist = ipx_state.latency
         buckets: list[tuple[str, float]] = []
@@ -529,6 +514,48 @@ def _dense(ports: Iterable[_K], counts: Mapping[_K, int]) -> list[tuple[_K, int]
     A port removed since keeps its counts: counters never go back.
     """
     return [(key, counts.get(key, 0)) for key in sorted({*ports, *counts})]
+
+
+def _by_label(name: str, doc: str, label: str, counts: Mapping[str, int]) -> CounterMetricFamily:
+    """A counter by one label: each value counted so far, in order."""
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for value, n in sorted(counts.items()):
+        family.add_metric([value], n)
+    return family
+
+
+def _closed_set(
+    name: str, doc: str, label: str, values: Iterable[str], counts: Mapping[str, int]
+) -> CounterMetricFamily:
+    """A counter by one label whose values are a closed set: each one exported, 0 until seen.
+
+    So ``rate()`` works from the start.
+    """
+    family = CounterMetricFamily(name, doc, labels=[label])
+    for value in values:
+        family.add_metric([value], counts.get(value, 0))
+    return family
+
+
+def _by_path_and_port(
+    name: str,
+    doc: str,
+    ipx: tuple[Iterable[tuple[str, str]], Mapping[tuple[str, str], int]],
+    relay: tuple[Iterable[tuple[str, str]], Mapping[str, int]],
+) -> CounterMetricFamily:
+    """A family by path and port, every port known now exported (0 until counted, ``_dense``).
+
+    The IPX ports' counts are by (kind, interface), the relay's by interface name.
+    """
+    family = CounterMetricFamily(name, doc, labels=["path", "kind", "interface"])
+    ipx_ports, ipx_counts = ipx
+    for port, n in _dense(ipx_ports, ipx_counts):
+        family.add_metric(["ipx", *port], n)
+    relay_ports, by_name = relay
+    relay_counts = {(RELAY_KIND, iface): n for iface, n in by_name.items()}
+    for port, n in _dense(relay_ports, relay_counts):
+        family.add_metric(["relay", *port], n)
+    return family
 
 
 def _ipx_port_metrics(state: IpxSnapshot) -> Iterator[Metric]:
@@ -660,15 +687,14 @@ def _uplink_metrics(state: IpxSnapshot) -> Iterator[Metric]:
         for outcome in HANDSHAKE_OUTCOMES:
             handshakes.add_metric([role, outcome], state.uplink_handshakes.get((role, outcome), 0))
     yield handshakes
-    normalised = CounterMetricFamily(
+    yield _closed_set(
         "ipxbridge_uplink_normalised_packets",
         "Data packets from uplinks taken after a fix (ipxbox_mark: transport control 127 and"
         " checksum 0, hops taken as 0; checksum_zero; padding: Ethernet padding trimmed).",
-        labels=["what"],
+        "what",
+        ("ipxbox_mark", "checksum_zero", "padding"),
+        state.uplink_normalised,
     )
-    for what in ("ipxbox_mark", "checksum_zero", "padding"):
-        normalised.add_metric([what], state.uplink_normalised.get(what, 0))
-    yield normalised
 
 
 def websocket_metrics(state: WebSocketSnapshot) -> Iterator[Metric]:
@@ -703,20 +729,18 @@ def websocket_metrics(state: WebSocketSnapshot) -> Iterator[Metric]:
     )
     opened.add_metric([], state.opened)
     yield opened
-    closed = CounterMetricFamily(
+    yield _closed_set(
         "ipxbridge_ws_connections_closed",
         "WebSocket connections ended, by reason (client, ping_timeout, behind: its copies"
         " overflowed for websocket.behind_seconds, not_allowed, shutdown, error).",
-        labels=["reason"],
+        "reason",
+        CLOSE_REASONS,
+        state.closed,
     )
-    for reason in CLOSE_REASONS:
-        closed.add_metric([reason], state.closed.get(reason, 0))
-    yield closed
-    refused = CounterMetricFamily(
+    yield _closed_set(
         "ipxbridge_ws_refused",
         "WebSocket connections refused before the handshake, by reason.",
-        labels=["reason"],
+        "reason",
+        REFUSALS,
+        state.refused,
     )
-    for reason in REFUSALS:
-        refused.add_metric([reason], state.refused.get(reason, 0))
-    yield refused

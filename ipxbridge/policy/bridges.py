@@ -80,6 +80,7 @@ from ipxbridge.wire.ipx import (
     MAX_BEACON_PEERS,
     MAX_BEACON_TAGS,
     TAG_LEN,
+    Beacon,
     IpxHeader,
     build_beacon,
     parse_beacon,
@@ -100,6 +101,11 @@ MAX_REMEMBERED_SEQS: Final = 4096  # (bridge, way) pairs
 # The first byte of a segment's tag names its kind, so a tag copied from one kind's beacons
 # to another kind of port is refused.
 KIND_CODE: Final = {"ethernet": 1, "ipxwrapper": 2, "rfc1234": 3}
+
+
+# What the switch is told of a beacon: ``"beacon"`` or the drop reason, and whether to
+# answer at once with ``announcements``.
+Verdict = tuple[str, bool]
 
 
 class HasNode(Protocol):
@@ -374,18 +380,18 @@ class SegmentBridges:
             seqs.popitem(last=False)
         return False
 
-    def peer_beacon(
-        self, src: Address, header: IpxHeader, data: bytes, now: float
-    ) -> tuple[str, bool]:
-        """A peer's beacon over the peer link: its bridge id, tags and peers.
-
-        Returns:
-            (``"beacon"`` or a drop reason, whether to answer at once with ``announcements``).
-        """
+    def _read(self, header: IpxHeader, data: bytes) -> Beacon | str:
+        """The beacon, its signature checked if there is a key, or the codec's drop reason."""
         try:
-            beacon = parse_beacon(header, data, self._key)
+            return parse_beacon(header, data, self._key)
         except WireError as exc:
-            return exc.reason, False
+            return exc.reason
+
+    def peer_beacon(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Verdict:
+        """A peer's beacon over the peer link (its bridge id, tags and peers), judged."""
+        beacon = self._read(header, data)
+        if isinstance(beacon, str):
+            return beacon, False
         if self._replayed(beacon.bridge_id, src, beacon.seq, now):
             return "beacon_replay", False
         before = self._peer_info.get(src)
@@ -405,16 +411,11 @@ class SegmentBridges:
 
     def segment_beacon(
         self, segment: Segment, header: IpxHeader, data: bytes, now: float, sender: object
-    ) -> tuple[str, bool]:
-        """Another bridge's beacon on a segment: remembered, believed only if trusted.
-
-        Returns:
-            (``"beacon"`` or a drop reason, whether to answer at once with ``announcements``).
-        """
-        try:
-            beacon = parse_beacon(header, data, self._key)
-        except WireError as exc:
-            return exc.reason, False
+    ) -> Verdict:
+        """Another bridge's beacon on a segment, judged: remembered, believed only if trusted."""
+        beacon = self._read(header, data)
+        if isinstance(beacon, str):
+            return beacon, False
         bridge = beacon.bridge_id
         if bridge == self.bridge_id:
             return "own_packet", False

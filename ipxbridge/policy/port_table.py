@@ -166,9 +166,7 @@ class PortTable:
         key = ingress if bridge is None else (ingress, bridge)
         targets = self._flood_targets.get(key)
         if targets is None:
-            shared = self._bridges.skip_for(ingress)
-            if bridge is not None:
-                shared |= self._bridges.served_by(bridge)
+            shared = self._served_by_others(ingress, bridge)
             targets = tuple(p for p in self.ports if p != ingress and p not in shared)
             self._flood_targets[key] = targets
             # the segments left to another bridge: watched (rule 8, ``DeliveryWatch``)
@@ -184,13 +182,21 @@ class PortTable:
         key = ingress if bridge is None else (ingress, bridge)
         targets = self._peer_targets.get(key)
         if targets is None:
-            shared = self._bridges.skip_for(ingress)
-            if bridge is not None:
-                shared |= self._bridges.served_by(bridge)
+            shared = self._served_by_others(ingress, bridge)
             owners: tuple[Port, ...] = (*self.peers, *self.uplinks, *self.segments)
             targets = tuple(p for p in owners if p != ingress and p not in shared)
             self._peer_targets[key] = targets
         return targets
+
+    def _served_by_others(self, ingress: Port, bridge: bytes | None) -> frozenset[Port]:
+        """The ports other bridges serve for a packet from ``ingress`` (rule 8).
+
+        For a copy ``bridge`` put on a segment, the ports it reached itself too.
+        """
+        shared = self._bridges.skip_for(ingress)
+        if bridge is not None:
+            shared |= self._bridges.served_by(bridge)
+        return shared
 
     # --- who is behind a port --------------------------------------------------------------
 

@@ -10,7 +10,7 @@ The codec's contract is in ``wire/directplay.py``, which re-exports everything h
 
 import struct
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypedDict, Unpack
 from uuid import UUID
 
 from ipxbridge.wire.dplay_fields import as_bytes, check_span, need, pack
@@ -282,15 +282,34 @@ def build_dp4_message(msg: DP4Message) -> bytes:
     return build_dp4(msg.command, msg.version, msg.body, header=msg.header)
 
 
+class Framing(TypedDict, total=False):
+    """How the builders below put a message on the wire; ``_wrap`` holds the defaults.
+
+    Attributes:
+        version: the DP4 version field (``VERSION_DX9``).
+        sockaddr: the SP header's SOCKADDR, where replies go (the sender's TCP listener;
+            0.0.0.0 = packet source). Defaults to AF_INET, port 0, 0.0.0.0. Must be None
+            when ``bare``.
+        bare: the IPX form, without SP header (docs/protocols.md 1.9).
+        token: the SP header's token (``TOKEN_REMOTE``).
+    """
+
+    version: int
+    sockaddr: SockAddr | None
+    bare: bool
+    token: int
+
+
 def _wrap(
     command: int,
     body: bytes,
     *,
-    version: int,
-    sockaddr: SockAddr | None,
-    bare: bool,
-    token: int,
+    version: int = VERSION_DX9,
+    sockaddr: SockAddr | None = None,
+    bare: bool = False,
+    token: int = TOKEN_REMOTE,
 ) -> bytes:
+    """``body`` framed as the message ``command`` (``Framing``)."""
     if bare:
         if sockaddr is not None:
             raise ValueError("a bare (IPX) message carries no SOCKADDR")
@@ -299,72 +318,32 @@ def _wrap(
     return _frame_dp4(command, version, body, build_sp_header(0, token, addr))
 
 
-def build_enum_sessions(
-    msg: EnumSessions,
-    *,
-    version: int = VERSION_DX9,
-    sockaddr: SockAddr | None = None,
-    bare: bool = False,
-    token: int = TOKEN_REMOTE,
-) -> bytes:
+def build_enum_sessions(msg: EnumSessions, **framing: Unpack[Framing]) -> bytes:
     """Encode DPSP_MSG_ENUMSESSIONS (52 bytes without a password, docs/protocols.md 1.4).
 
-    Args:
-        msg: the request.
-        version: DP4 version field.
-        sockaddr: where replies go (the sender's TCP listener; 0.0.0.0 = packet source).
-            Defaults to AF_INET, port 0, 0.0.0.0. Must be None when ``bare``.
-        bare: the IPX form, without SP header.
-        token: SP header token.
-
     Raises:
-        ValueError: a field does not fit, or the password contains NUL.
+        ValueError: a field does not fit, the password contains NUL, or a ``Framing`` that
+            cannot be.
     """
-    return _wrap(
-        DP4Command.ENUMSESSIONS,
-        build_enum_sessions_body(msg),
-        version=version,
-        sockaddr=sockaddr,
-        bare=bare,
-        token=token,
-    )
+    return _wrap(DP4Command.ENUMSESSIONS, build_enum_sessions_body(msg), **framing)
 
 
-def build_enum_sessions_reply(
-    msg: EnumSessionsReply,
-    *,
-    version: int = VERSION_DX9,
-    sockaddr: SockAddr | None = None,
-    bare: bool = False,
-    token: int = TOKEN_REMOTE,
-) -> bytes:
+def build_enum_sessions_reply(msg: EnumSessionsReply, **framing: Unpack[Framing]) -> bytes:
     """Encode DPSP_MSG_ENUMSESSIONSREPLY (docs/protocols.md 1.5); NameOffset 92 or 0.
 
     Raises:
-        ValueError: a field does not fit, or the name contains NUL.
+        ValueError: a field does not fit, the name contains NUL, or a ``Framing`` that
+            cannot be.
     """
-    return _wrap(
-        DP4Command.ENUMSESSIONSREPLY,
-        build_enum_sessions_reply_body(msg),
-        version=version,
-        sockaddr=sockaddr,
-        bare=bare,
-        token=token,
-    )
+    return _wrap(DP4Command.ENUMSESSIONSREPLY, build_enum_sessions_reply_body(msg), **framing)
 
 
-def build_packet_fragment(
-    frag: PacketFragment,
-    *,
-    version: int = VERSION_DX9,
-    sockaddr: SockAddr | None = None,
-    bare: bool = False,
-    token: int = TOKEN_REMOTE,
-) -> bytes:
+def build_packet_fragment(frag: PacketFragment, **framing: Unpack[Framing]) -> bytes:
     """Encode PACKET (0x15) or PACKET2_DATA (0x30) from ``frag.command``.
 
     Raises:
-        ValueError: command not 0x15/0x30, ``data_size != len(data)``, or a field too big.
+        ValueError: command not 0x15/0x30, ``data_size != len(data)``, a field too big, or
+            a ``Framing`` that cannot be.
     """
     if frag.command not in PACKET_COMMANDS:
         raise ValueError(f"command 0x{frag.command:02x} is not PACKET or PACKET2_DATA")
@@ -380,11 +359,4 @@ def build_packet_fragment(
         frag.message_size,
         frag.packet_offset,
     )
-    return _wrap(
-        frag.command,
-        body + bytes(frag.data),
-        version=version,
-        sockaddr=sockaddr,
-        bare=bare,
-        token=token,
-    )
+    return _wrap(frag.command, body + bytes(frag.data), **framing)

@@ -320,9 +320,7 @@ def build_ping(src_node: bytes) -> bytes:
     Unlike ipxbox's keepalive (checksum and length zero) it is well-formed, so strict
     receivers such as IPXWrapper accept it.
     """
-    return build_packet(
-        dst_node=BROADCAST_NODE, dst_socket=SOCKET_ECHO, src_node=src_node, src_socket=SOCKET_ECHO
-    )
+    return build_broadcast(src_node, SOCKET_ECHO, SOCKET_ECHO, b"")
 
 
 def build_ping_reply(pinger_node: bytes, own_node: bytes) -> bytes:
