@@ -255,3 +255,35 @@ def test_no_constant_is_defined_twice() -> None:
             where = f"{path.relative_to(PKG)}:{node.lineno}"
             owners.setdefault((node.target.id, value), []).append(where)
     assert {k: v for k, v in owners.items() if len(v) > 1} == {}
+
+
+# docs/architecture.md's map of the package: every module named once, under its package, and
+# nothing named that is not there.
+ARCHITECTURE = PKG.parent / "docs" / "architecture.md"
+
+
+def mapped_modules() -> list[str]:
+    """The modules docs/architecture.md's map lists, as paths inside the package."""
+    text = ARCHITECTURE.read_text()
+    block = text[text.index("```\nipxbridge/\n") + 4 :]
+    block = block[: block.index("```")]
+    found: list[str] = []
+    package = ""
+    for line in block.splitlines():
+        if not line.startswith("  "):  # tests/, bench/, ...: outside the package
+            if line and not line.startswith("ipxbridge/"):
+                break
+            continue
+        name = line.split()[0]
+        if name.endswith("/"):
+            package = name
+        elif name.endswith(".py"):
+            found.append((package if line.startswith("    ") else "") + name)
+    return found
+
+
+def test_the_architecture_map_names_every_module_once() -> None:
+    tree = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py") if p.name != "__init__.py")
+    listed = mapped_modules()
+    assert sorted(listed) == tree
+    assert len(set(listed)) == len(listed)
