@@ -321,8 +321,20 @@ def start_debootstrap(rootfs: Path, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+# The wheel of ipxbridge the run compiled (scripts/test.sh), for the image to install instead
+# of compiling the same source again (the Dockerfile's WHEEL argument).
+WHEEL_ENV = "IPXBRIDGE_WHEEL"
+
+
+def run_wheel() -> Path | None:
+    """The wheel scripts/test.sh built, or None (the image then compiles /src itself)."""
+    path = os.environ.get(WHEEL_ENV, "")
+    return Path(path) if path and Path(path).is_file() else None
+
+
 def build_wheelhouse(wheels: Path) -> None:
-    """Wheels of the project's build backend and dependencies, for an offline build.
+    """Wheels of the project's build backend and dependencies, for an offline build, and the
+    run's own wheel of ipxbridge if there is one.
 
     Built with this interpreter (CPython 3.11 on Debian bookworm, the stand-in base's ABI).
     """
@@ -338,6 +350,9 @@ def build_wheelhouse(wheels: Path) -> None:
         check=False,
     )
     checked(res, "pip wheel")
+    wheel = run_wheel()
+    if wheel is not None:
+        shutil.copy2(wheel, wheels / wheel.name)
 
 
 @dataclass
@@ -462,20 +477,22 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def build_image(
-    podman: Podman, wheels: Path, tag: str, dockerfile: Path = ROOT / "Dockerfile"
+    podman: Podman, wheels_url: str, tag: str, dockerfile: Path = ROOT / "Dockerfile"
 ) -> subprocess.CompletedProcess[str]:
     """``podman build`` of ``dockerfile`` with the repository as context, on the stand-in base.
 
     ``--format docker`` keeps the HEALTHCHECK (OCI images have none). pip reads only the
-    wheelhouse, served to the build over HTTP, never PyPI.
+    wheelhouse ``serve_wheels`` serves at ``wheels_url``, never PyPI. Every build of a session
+    takes the same URL: it is a build argument, and another value would invalidate every
+    cached layer after it.
     """
-    with serve_wheels(wheels) as url:
-        return _build(podman, url, tag, dockerfile)
+    return _build(podman, wheels_url, tag, dockerfile)
 
 
 def _build(
     podman: Podman, wheels_url: str, tag: str, dockerfile: Path
 ) -> subprocess.CompletedProcess[str]:
+    wheel = run_wheel()
     return podman.run(
         "build",
         "--format",
@@ -489,6 +506,7 @@ def _build(
         "PIP_NO_INDEX=1",
         "--build-arg",
         f"PIP_FIND_LINKS={wheels_url}",
+        *(("--build-arg", f"WHEEL={wheel.name}") if wheel is not None else ()),
         "-t",
         tag,
         "-f",

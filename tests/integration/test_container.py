@@ -18,6 +18,7 @@ dir (podman's storage included) and in network namespaces made here, and is remo
 * A copy of the Dockerfile with a broken HEALTHCHECK builds, runs and is reported unhealthy.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -45,6 +46,7 @@ from tests.integration.container import (
     proc_status,
     readme_docker_run,
     scan_tree,
+    serve_wheels,
     start_base,
 )
 
@@ -69,7 +71,7 @@ class Built:
     """The session's podman, wheelhouse and image, with the build's output."""
 
     podman: Podman
-    wheels: Path
+    wheels_url: str  # the wheelhouse, served for the whole session (serve_wheels)
     build: subprocess.CompletedProcess[str]
     seconds: dict[str, float]
 
@@ -89,6 +91,7 @@ def built(request: pytest.FixtureRequest) -> Iterator[Built]:
     home = early.home
     podman = Podman(home)
     seconds: dict[str, float] = {}
+    stack = contextlib.ExitStack()
     try:
         began = time.monotonic()
         early.wait()
@@ -96,11 +99,13 @@ def built(request: pytest.FixtureRequest) -> Iterator[Built]:
         shutil.rmtree(early.rootfs)
         seconds["base"] = time.monotonic() - began
         began = time.monotonic()
-        build = build_image(podman, early.wheelhouse, IMAGE_TAG)
+        wheels_url = stack.enter_context(serve_wheels(early.wheelhouse))
+        build = build_image(podman, wheels_url, IMAGE_TAG)
         seconds["build"] = time.monotonic() - began
         print(f"\nstand-in base {seconds['base']:.0f} s more, image build {seconds['build']:.0f} s")
-        yield Built(podman, early.wheelhouse, build, seconds)
+        yield Built(podman, wheels_url, build, seconds)
     finally:
+        stack.close()
         podman.run("rm", "--force", "--all", "--time", "0", check=False)
         podman.run("system", "reset", "--force", check=False, timeout=300)
         subprocess.run(["umount", "-R", str(home / "storage")], capture_output=True, check=False)
@@ -176,7 +181,7 @@ def test_image_hygiene(image: Podman) -> None:
         # the compiled build (setup.py), without the compiler that built it
         site = sorted((mount / "opt/ipxbridge/lib").glob("python3*/site-packages"))
         assert site, "no site-packages in /opt/ipxbridge"
-        assert list(site[0].glob("ipxbridge__mypyc.*.so")), "no mypyc runtime module"
+        assert list(site[0].glob("ipxbridge/runtime__mypyc.*.so")), "no mypyc runtime module"
         for layer in ("wire/ipx", "policy/switch", "policy/relay"):
             assert list(site[0].glob(f"ipxbridge/{layer}.*.so")), f"{layer} is not compiled"
         extra_cas = host_extra_cas()
@@ -512,7 +517,7 @@ def test_a_broken_healthcheck_in_a_copy_of_the_dockerfile_is_reported_unhealthy(
     broken = tmp_path / "Dockerfile"
     broken.write_text(original.replace(good, '/usr/local/lib/ipxbridge/missing.py"]'))
     tag = "localhost/ipxbridge:broken-healthcheck"
-    res = build_image(image, built.wheels, tag, broken)  # every layer but the last is cached
+    res = build_image(image, built.wheels_url, tag, broken)  # all but the last layer cached
     checked(res, "podman build (broken copy)")
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG)
