@@ -40,7 +40,12 @@ ARG PIP_FIND_LINKS
 # images keep theirs in /usr/local/include; a Debian python3 needs python3-dev), stay in this
 # stage: the runtime stage copies only the venv. The image must ship the compiled build, so
 # the build fails if it is not (ipxbridge --version names the build).
-RUN apt-get update \
+# --build-arg WHEEL=FILE installs that wheel, compiled beforehand for this base's Python, from
+# the wheelhouse at PIP_FIND_LINKS instead of building /src here, and needs no compiler (the
+# tests install the wheel their run compiled: the same setup.py, built once).
+ARG WHEEL
+RUN if [ -n "$WHEEL" ]; then exit 0; fi \
+    && apt-get update \
     && if python -c 'import pathlib, sys, sysconfig; \
             sys.exit(not pathlib.Path(sysconfig.get_paths()["include"], "Python.h").is_file())'; \
     then \
@@ -53,7 +58,8 @@ RUN apt-get update \
 RUN python -m venv /opt/ipxbridge
 COPY pyproject.toml README.md setup.py /src/
 COPY ipxbridge /src/ipxbridge
-RUN /opt/ipxbridge/bin/pip install /src \
+RUN if [ -n "$WHEEL" ]; then package="$PIP_FIND_LINKS$WHEEL"; else package=/src; fi \
+    && /opt/ipxbridge/bin/pip install "$package" \
     && /opt/ipxbridge/bin/ipxbridge --version \
     && /opt/ipxbridge/bin/python -c 'import sys; from ipxbridge import build; \
         sys.exit(build.build() != "compiled")' \

@@ -86,8 +86,11 @@ def _extensions() -> list[Any]:
 
     try:
         # opt_level 3: what mypyc's own benchmarks use; debug_level 0 keeps the modules small.
-        # group_name: the shared runtime module is ipxbridge__mypyc, not a hash of the list.
-        return list(mypycify(_sources(), opt_level="3", debug_level="0", group_name="ipxbridge"))
+        # group_name: the shared runtime module is ipxbridge/runtime__mypyc, inside the package
+        # (not a top-level module, nor a hash of the list), so an editable install maps it too.
+        return list(
+            mypycify(_sources(), opt_level="3", debug_level="0", group_name="ipxbridge.runtime")
+        )
     except (Exception, SystemExit) as exc:  # noqa: BLE001  (mypyc exits on a type error)
         _say(f"mypyc could not compile ({exc}); pure-Python build")
         return []
