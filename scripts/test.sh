@@ -101,8 +101,11 @@ else
 fi
 
 echo "==> pip install -e .[test]"
+# The dependencies, and this checkout installed editable without compiling (IPXBRIDGE_PURE):
+# its extension modules come from the wheel below, so that the run compiles once.
 pip_log=$(mktemp)
-if ! "$PY" -m pip install -q --disable-pip-version-check -e '.[test]' >"$pip_log" 2>&1; then
+if ! IPXBRIDGE_PURE=1 "$PY" -m pip install -q --disable-pip-version-check -e '.[test]' \
+    >"$pip_log" 2>&1; then
     cat "$pip_log" >&2
     rm -f "$pip_log"
     die "pip install -e .[test] into $("$PY" -c 'import sys; print(sys.prefix)') (see above)"
@@ -111,34 +114,90 @@ fi
 sed -e "/' is ignored: it is neither a file nor a directory\.$/d" "$pip_log"
 rm -f "$pip_log"
 
-# Which build the editable install made: compiled with mypyc (ipxbridge/build.py) or, with no
-# C compiler or Python headers, pure Python. CI must test the compiled build, which is what the
-# container image ships.
+# The build, once: a wheel (setup.py compiles ipxbridge/wire and ipxbridge/policy with mypyc
+# where it can), whose extension modules go beside their sources as a compiled editable
+# install puts them. The container tests install this same wheel in the image
+# (IPXBRIDGE_WHEEL; the Dockerfile's WHEEL argument) instead of compiling it again.
+WHEEL_DIR=build/test-wheel
+echo "==> pip wheel . (the compiled build)"
+rm -rf "$WHEEL_DIR"
+wheel_log=$(mktemp)
+if ! "$PY" -m pip wheel -v --disable-pip-version-check --no-deps -w "$WHEEL_DIR" . \
+    >"$wheel_log" 2>&1; then
+    cat "$wheel_log" >&2
+    rm -f "$wheel_log"
+    die "pip wheel . (see above)"
+fi
+grep '^ipxbridge build: ' "$wheel_log" || true  # compiled, or why not (setup.py)
+rm -f "$wheel_log"
+find ipxbridge -name '*.so' -delete  # no extension module of an older build stays behind
+IPXBRIDGE_WHEEL=$(echo "$PWD/$WHEEL_DIR"/ipxbridge-*.whl)
+export IPXBRIDGE_WHEEL
+"$PY" - "$IPXBRIDGE_WHEEL" <<'EOF'
+import sys
+import zipfile
+
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    for name in wheel.namelist():
+        if name.startswith("ipxbridge/") and name.endswith(".so"):
+            wheel.extract(name, ".")
+EOF
+
+# Which build that is: compiled with mypyc (ipxbridge/build.py) or, with no C compiler or
+# Python headers, pure Python. CI must test the compiled build, which is what the container
+# image ships.
 BUILD=$("$PY" -c 'from ipxbridge import build; print(build.build())')
 echo "==> build: $("$PY" -m ipxbridge --version)"
 if [ "$BUILD" != compiled ] && [ "${CI:-}" = true ]; then
-    die "the compiled build did not build ($BUILD); setup.py said why in: $PY -m pip install -v -e ."
+    die "the compiled build did not build ($BUILD); setup.py says why: $PY -m pip wheel -v ."
 fi
 
 echo "==> ruff"
 "$PY" -m ruff check ipxbridge tests bench deploy scripts setup.py
 "$PY" -m ruff format --check ipxbridge tests bench deploy scripts setup.py
-echo "==> mypy --strict"
-"$PY" -m mypy
 
-if [ "$BUILD" = compiled ] && [ $# -eq 0 ]; then
-    # The unit tests once more on the pure-Python build: a copy of the source without the
-    # extension modules, imported first (pytest puts the copy's root on sys.path). The tests
-    # that patch ipxbridge's own code to inject a fault (marked patches_code) run here only.
-    pure=$(mktemp -d)
-    trap 'rm -rf "$pure"' EXIT
-    tar --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.so' \
-        --exclude=__pycache__ --exclude=./tests/artifacts -cf - . | tar -xf - -C "$pure"
-    echo "==> pytest tests/unit on the pure-Python build"
-    (cd "$pure" && IPXBRIDGE_EXPECT_BUILD=pure "$PY" -m pytest -q -p no:cacheprovider tests/unit)
-    echo "==> pytest on the compiled build"
-    IPXBRIDGE_EXPECT_BUILD=compiled "$PY" -m pytest -q -m "not patches_code"
-else
+if [ "$BUILD" != compiled ] || [ $# -gt 0 ]; then
+    echo "==> mypy --strict"
+    "$PY" -m mypy
     echo "==> pytest ($BUILD build)"
     exec "$PY" -m pytest -q "$@"
 fi
+
+# The run mostly waits on networks, DOSBox, browsers and VPNs (docs/testbed.md, "Where the
+# suite's time goes"). So: mypy and the unit tests on the pure build run beside the compiled
+# pass, whose modules run side by side in pytest-xdist workers (each test in namespaces of its
+# own); then the tests marked "alone", which measure rates and need the CPUs to themselves.
+side=$(mktemp -d)
+pure=$(mktemp -d)
+trap 'rm -rf "$pure" "$side"' EXIT
+(
+    set +e  # each one's status is written down and judged below
+    "$PY" -m mypy >"$side/mypy.log" 2>&1
+    echo $? >"$side/mypy.rc"
+    # The unit tests once more on the pure-Python build: a copy of the source without the
+    # extension modules, imported first (pytest puts the copy's root on sys.path). The tests
+    # that patch ipxbridge's own code to inject a fault (marked patches_code) run here only.
+    tar --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.so' \
+        --exclude=__pycache__ --exclude=./tests/artifacts -cf - . | tar -xf - -C "$pure"
+    (cd "$pure" && IPXBRIDGE_EXPECT_BUILD=pure "$PY" -m pytest -q -p no:cacheprovider \
+        tests/unit) >"$side/pure.log" 2>&1
+    echo $? >"$side/pure.rc"
+) &
+side_pid=$!
+
+echo "==> pytest on the compiled build, ${TEST_WORKERS:-4} workers (mypy and the pure build's" \
+    "unit tests beside it)"
+status=0
+IPXBRIDGE_EXPECT_BUILD=compiled "$PY" -m pytest -q -n "${TEST_WORKERS:-4}" --dist loadfile \
+    -m "not patches_code and not alone" || status=$?
+wait "$side_pid" || true
+echo "==> mypy --strict"
+cat "$side/mypy.log"
+[ "$(cat "$side/mypy.rc" 2>/dev/null)" = 0 ] || status=1
+echo "==> pytest tests/unit on the pure-Python build"
+cat "$side/pure.log"
+[ "$(cat "$side/pure.rc" 2>/dev/null)" = 0 ] || status=1
+echo "==> pytest on the compiled build: the tests that run alone"
+IPXBRIDGE_EXPECT_BUILD=compiled "$PY" -m pytest -q -p no:xdist -m "alone and not patches_code" \
+    || status=$?
+[ "$status" = 0 ] || die "see above"

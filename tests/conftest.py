@@ -45,7 +45,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         )
 
 
+# --- order: the longest modules first -------------------------------------------------------
+# With pytest-xdist (--dist loadfile) each worker takes whole modules in collection order; the
+# ones that take longest go first so that no long module starts last (longest-processing-time
+# scheduling). Measured with --durations (docs/testbed.md, "Where the suite's time goes").
+SLOWEST_FIRST = (
+    "test_container.py",
+    "test_bench_scripts.py",
+    "test_relay.py",
+    "test_vpns.py",
+    "test_rule8_attacks.py",
+    "test_threats.py",
+    "test_browser_players.py",
+    "test_fairness_bench.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept within
     from ipxbridge import build
 
     if build.build() == "pure":
@@ -54,3 +72,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("patches_code") is not None:
             item.add_marker(skip)
+

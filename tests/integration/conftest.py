@@ -59,6 +59,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the container tests' slowest step now, if they are to run here at all."""
     if session.config.option.collectonly:
         return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # every worker collects every test: the one that runs them builds the base
     if not any(item.path.name == "test_container.py" for item in session.items):
         return
     if _missing(container.TOOLS) is not None:

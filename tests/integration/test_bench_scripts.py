@@ -12,6 +12,7 @@ from tests.integration.conftest import require
 
 
 @pytest.mark.netns
+@pytest.mark.alone  # 25,000 datagrams at 20,000 a second, every well-formed one delivered
 def test_short_soak_closes_the_books() -> None:
     require("ip")
     code, out = run_bench("soak.py", "--hostile=20000", "--valid=5000", timeout=120)

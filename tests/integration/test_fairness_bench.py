@@ -30,6 +30,7 @@ MODE = re.compile(r"^== mode (\w+) ", re.M)
 
 
 @pytest.mark.netns
+@pytest.mark.alone  # the bridge and the flood pinned one CPU each; a player's p99 latency
 def test_fairness_bench_short_flood_player_gets_through_and_books_close(tmp_path: Path) -> None:
     require("ip", "nft")
     figures = tmp_path / "fairness.json"
