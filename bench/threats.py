@@ -22,7 +22,7 @@ Attacks (``--only NAME,...``): loop, source_mac, beacon_forged, beacon_duplicate
 beacon_flood, batch_malformed, batch_filter, malformed, reflector, framings, mac_flood,
 rejoin, rule8. The short form leaves rule8 out unless ``--only`` names it: its cases wait for
 beacons to expire (a minute and a half), and ``tests/integration/test_rule8_attacks.py``
-holds R25 in CI with the same attacks.
+runs them (``--only rule8``) and holds R25 in CI.
 
     python3 bench/threats.py [--tree PATH] [--quick] [--json] [--save FILE] [--only NAME,...]
 

@@ -128,7 +128,7 @@ if ! "$PY" -m pip wheel -v --disable-pip-version-check --no-deps -w "$WHEEL_DIR"
     rm -f "$wheel_log"
     die "pip wheel . (see above)"
 fi
-grep '^ipxbridge build: ' "$wheel_log" || true  # compiled, or why not (setup.py)
+sed -n 's/^ *\(ipxbridge build: \)/\1/p' "$wheel_log"  # compiled, or why not (setup.py)
 rm -f "$wheel_log"
 find ipxbridge -name '*.so' -delete  # no extension module of an older build stays behind
 IPXBRIDGE_WHEEL=$(echo "$PWD/$WHEEL_DIR"/ipxbridge-*.whl)

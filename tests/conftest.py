@@ -72,4 +72,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("patches_code") is not None:
             item.add_marker(skip)
-
