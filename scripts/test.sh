@@ -18,6 +18,10 @@ die() {
     exit 1
 }
 
+say() {  # a step, with the seconds since the run began: where the time goes
+    echo "==> [$(printf '%4d' "$SECONDS") s] $*"
+}
+
 # System tools the integration tier drives: real DOSBox clients, iproute2 for namespaces,
 # setpriv (util-linux) for capability tests, tshark as an independent decoder, wireguard-go
 # for a real userspace VPN, nftables for the relay fast path, promtool (prometheus), and
@@ -47,7 +51,7 @@ for pkg in "${APT_PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then
-        echo "==> apt-get install ${missing[*]}"
+        say "apt-get install ${missing[*]}"
         # One index that cannot be fetched (a mirror down, another architecture's list) must
         # not stop the run: install from the indexes there are, and fail only if that fails.
         if ! apt-get update -qq; then
@@ -71,7 +75,7 @@ fi
 # browser tests run in Chromium; installed again only when the lock file changed.
 JSDOS=tests/integration/jsdos
 if ! cmp -s "$JSDOS/package-lock.json" "$JSDOS/node_modules/.installed-lock.json" 2>/dev/null; then
-    echo "==> npm ci --prefix $JSDOS"
+    say "npm ci --prefix $JSDOS"
     npm ci --prefix "$JSDOS" --no-audit --no-fund --loglevel=error \
         || die "npm ci --prefix $JSDOS (js-dos's emulator for the browser tests)"
     cp "$JSDOS/package-lock.json" "$JSDOS/node_modules/.installed-lock.json"
@@ -82,7 +86,7 @@ command -v "$PYTHON" >/dev/null || die "no $PYTHON on PATH (set PYTHON=/path/to/
     || die "$("$PYTHON" -V 2>&1) is too old: ipxbridge needs Python 3.11 or newer (set PYTHON=)"
 if "$PYTHON" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
     PY=$PYTHON
-    echo "==> Python: the active virtual environment $("$PY" -c 'import sys; print(sys.prefix)')"
+    say "Python: the active virtual environment $("$PY" -c 'import sys; print(sys.prefix)')"
 else
     if "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
         how="reused"
@@ -92,7 +96,7 @@ else
         how="created from $(command -v "$PYTHON")"
     fi
     PY=$PWD/$VENV/bin/python  # absolute: the pure-build pass runs from another directory
-    echo "==> Python: virtual environment $VENV ($how, $("$PY" -V 2>&1))"
+    say "Python: virtual environment $VENV ($how, $("$PY" -V 2>&1))"
     # As if activated: what the test extra installs (hadolint) and any python3 a test starts
     # by name must be this environment's.
     VIRTUAL_ENV=$PWD/$VENV
@@ -100,7 +104,7 @@ else
     export VIRTUAL_ENV PATH
 fi
 
-echo "==> pip install -e .[test]"
+say "pip install -e .[test]"
 # The dependencies, and this checkout installed editable without compiling (IPXBRIDGE_PURE):
 # its extension modules come from the wheel below, so that the run compiles once.
 pip_log=$(mktemp)
@@ -114,12 +118,43 @@ fi
 sed -e "/' is ignored: it is neither a file nor a directory\.$/d" "$pip_log"
 rm -f "$pip_log"
 
+say "ruff"
+"$PY" -m ruff check ipxbridge tests bench deploy scripts setup.py
+"$PY" -m ruff format --check ipxbridge tests bench deploy scripts setup.py
+
+# Beside the compile (one core: mypyc's C is one translation unit) and then beside the
+# compiled pass, which mostly waits on networks, DOSBox, browsers and VPNs (docs/testbed.md,
+# "Where the suite's time goes"): mypy, and the unit tests on the pure-Python build. Their
+# output is shown, and judged, after the compiled pass. With arguments (one test, say) the
+# script runs just pytest on this checkout's build.
+side=$(mktemp -d)
+trap 'rm -rf "$side"' EXIT
+if [ $# -eq 0 ]; then
+    (
+        # each one's status is written down, and judged after the compiled pass
+        rc=0
+        "$PY" -m mypy >"$side/mypy.log" 2>&1 || rc=$?
+        echo "$rc" >"$side/mypy.rc"
+        # A copy of the source without extension modules, imported first (pytest puts the
+        # copy's root on sys.path). The tests that patch ipxbridge's own code to inject a
+        # fault (marked patches_code) run here only.
+        mkdir "$side/pure"
+        tar --exclude=./.git --exclude=./.venv --exclude=./build --exclude=./dist --exclude='*.so' \
+            --exclude=__pycache__ --exclude=./tests/artifacts -cf - . | tar -xf - -C "$side/pure"
+        rc=0
+        (cd "$side/pure" && IPXBRIDGE_EXPECT_BUILD=pure "$PY" -m pytest -q -p no:cacheprovider \
+            tests/unit) >"$side/pure.log" 2>&1 || rc=$?
+        echo "$rc" >"$side/pure.rc"
+    ) &
+    side_pid=$!
+fi
+
 # The build, once: a wheel (setup.py compiles ipxbridge/wire and ipxbridge/policy with mypyc
 # where it can), whose extension modules go beside their sources as a compiled editable
 # install puts them. The container tests install this same wheel in the image
 # (IPXBRIDGE_WHEEL; the Dockerfile's WHEEL argument) instead of compiling it again.
-WHEEL_DIR=build/test-wheel
-echo "==> pip wheel . (the compiled build)"
+WHEEL_DIR=dist/test-wheel
+say "pip wheel . (the compiled build)"
 rm -rf "$WHEEL_DIR"
 wheel_log=$(mktemp)
 if ! "$PY" -m pip wheel -v --disable-pip-version-check --no-deps -w "$WHEEL_DIR" . \
@@ -130,6 +165,9 @@ if ! "$PY" -m pip wheel -v --disable-pip-version-check --no-deps -w "$WHEEL_DIR"
 fi
 sed -n 's/^ *\(ipxbridge build: \)/\1/p' "$wheel_log"  # compiled, or why not (setup.py)
 rm -f "$wheel_log"
+# pip built in the tree: what it left in build/ would make the next in-tree build (the
+# build tests') skip its compile as up to date
+rm -rf build
 find ipxbridge -name '*.so' -delete  # no extension module of an older build stays behind
 IPXBRIDGE_WHEEL=$(echo "$PWD/$WHEEL_DIR"/ipxbridge-*.whl)
 export IPXBRIDGE_WHEEL
@@ -147,57 +185,31 @@ EOF
 # Python headers, pure Python. CI must test the compiled build, which is what the container
 # image ships.
 BUILD=$("$PY" -c 'from ipxbridge import build; print(build.build())')
-echo "==> build: $("$PY" -m ipxbridge --version)"
+say "build: $("$PY" -m ipxbridge --version)"
 if [ "$BUILD" != compiled ] && [ "${CI:-}" = true ]; then
     die "the compiled build did not build ($BUILD); setup.py says why: $PY -m pip wheel -v ."
 fi
 
-echo "==> ruff"
-"$PY" -m ruff check ipxbridge tests bench deploy scripts setup.py
-"$PY" -m ruff format --check ipxbridge tests bench deploy scripts setup.py
-
-if [ "$BUILD" != compiled ] || [ $# -gt 0 ]; then
-    echo "==> mypy --strict"
-    "$PY" -m mypy
-    echo "==> pytest ($BUILD build)"
+if [ $# -gt 0 ]; then
+    say "pytest ($BUILD build)"
     exec "$PY" -m pytest -q "$@"
 fi
-
-# The run mostly waits on networks, DOSBox, browsers and VPNs (docs/testbed.md, "Where the
-# suite's time goes"). So: mypy and the unit tests on the pure build run beside the compiled
-# pass, whose modules run side by side in pytest-xdist workers (each test in namespaces of its
-# own); then the tests marked "alone", which measure rates and need the CPUs to themselves.
-side=$(mktemp -d)
-pure=$(mktemp -d)
-trap 'rm -rf "$pure" "$side"' EXIT
-(
-    set +e  # each one's status is written down and judged below
-    "$PY" -m mypy >"$side/mypy.log" 2>&1
-    echo $? >"$side/mypy.rc"
-    # The unit tests once more on the pure-Python build: a copy of the source without the
-    # extension modules, imported first (pytest puts the copy's root on sys.path). The tests
-    # that patch ipxbridge's own code to inject a fault (marked patches_code) run here only.
-    tar --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.so' \
-        --exclude=__pycache__ --exclude=./tests/artifacts -cf - . | tar -xf - -C "$pure"
-    (cd "$pure" && IPXBRIDGE_EXPECT_BUILD=pure "$PY" -m pytest -q -p no:cacheprovider \
-        tests/unit) >"$side/pure.log" 2>&1
-    echo $? >"$side/pure.rc"
-) &
-side_pid=$!
-
-echo "==> pytest on the compiled build, ${TEST_WORKERS:-4} workers (mypy and the pure build's" \
-    "unit tests beside it)"
+# The compiled build's modules side by side in pytest-xdist workers (each test in namespaces
+# of its own, the longest modules first: tests/conftest.py); then the tests marked "alone",
+# which measure rates and need the CPUs to themselves.
 status=0
-IPXBRIDGE_EXPECT_BUILD=compiled "$PY" -m pytest -q -n "${TEST_WORKERS:-4}" --dist loadfile \
-    -m "not patches_code and not alone" || status=$?
-wait "$side_pid" || true
-echo "==> mypy --strict"
+say "pytest on the $BUILD build, ${TEST_WORKERS:-4} workers (mypy and the pure build's" \
+    "unit tests beside it)"
+IPXBRIDGE_EXPECT_BUILD=$BUILD "$PY" -m pytest -q -n "${TEST_WORKERS:-4}" --dist loadfile \
+    --no-loadscope-reorder -m "not patches_code and not alone" --durations=15 || status=$?
+wait "$side_pid" || status=$?
+say "mypy --strict"
 cat "$side/mypy.log"
 [ "$(cat "$side/mypy.rc" 2>/dev/null)" = 0 ] || status=1
-echo "==> pytest tests/unit on the pure-Python build"
+say "pytest tests/unit on the pure-Python build"
 cat "$side/pure.log"
 [ "$(cat "$side/pure.rc" 2>/dev/null)" = 0 ] || status=1
-echo "==> pytest on the compiled build: the tests that run alone"
-IPXBRIDGE_EXPECT_BUILD=compiled "$PY" -m pytest -q -p no:xdist -m "alone and not patches_code" \
+say "pytest on the $BUILD build: the tests that run alone"
+IPXBRIDGE_EXPECT_BUILD=$BUILD "$PY" -m pytest -q -p no:xdist -m "alone and not patches_code" \
     || status=$?
 [ "$status" = 0 ] || die "see above"

@@ -46,18 +46,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 # --- order: the longest modules first -------------------------------------------------------
-# With pytest-xdist (--dist loadfile) each worker takes whole modules in collection order; the
-# ones that take longest go first so that no long module starts last (longest-processing-time
-# scheduling). Measured with --durations (docs/testbed.md, "Where the suite's time goes").
+# With pytest-xdist (--dist loadfile --no-loadscope-reorder: scripts/test.sh) each worker takes
+# whole modules in collection order; the ones that take longest go first, so that no long
+# module starts last (longest-processing-time scheduling). Seconds each took in a run of 4
+# workers (docs/testbed.md, "Where the suite's time goes").
 SLOWEST_FIRST = (
-    "test_container.py",
-    "test_bench_scripts.py",
-    "test_relay.py",
-    "test_vpns.py",
-    "test_rule8_attacks.py",
-    "test_threats.py",
-    "test_browser_players.py",
-    "test_fairness_bench.py",
+    "test_relay.py",  # 170
+    "test_container.py",  # 135
+    "test_bench_scripts.py",  # 133
+    "test_vpns.py",  # 118
+    "test_rule8_attacks.py",  # 112
+    "test_threats.py",  # 100
+    "test_build.py",  # 65
+    "test_ipx_segments.py",  # 44
+    "test_browser_players.py",  # 41
+    "test_config.py",  # 39
+    "test_ipx_interop.py",  # 38
+    "test_ipx_tunnel.py",  # 37
+    "test_deploy.py",  # 36
+    "test_real_clients.py",  # 34
 )
 
 

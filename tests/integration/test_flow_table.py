@@ -248,8 +248,14 @@ def test_flow_flood_campaign_script_runs_and_judges(net: Netns) -> None:
         ("newcomer", "100.0"),
     ], out
     evicted = re.search(r"unproven_full=([\d,]+)", out)
+    books = re.search(r"relay books: received [\d,]+ = relayed [\d,]+ \+ dropped ([\d,]+)", out)
     assert evicted, out
-    assert int(evicted.group(1).replace(",", "")) >= 4000 - 128, out
+    assert books, out
+    # Every spoofed source the relay took got a flow, and all but the unproven pool's 128
+    # were evicted; one the relay dropped first (fair_share, when the bridge has less CPU
+    # than the flood wants: other tests run beside this one) never asked for a flow.
+    dropped = int(books.group(1).replace(",", ""))
+    assert int(evicted.group(1).replace(",", "")) >= 4000 - dropped - 128, out
     fds = re.search(r"bridge descriptors: before (\d+), peak during (\d+)", out)
     assert fds, out
     assert int(fds.group(2)) - int(fds.group(1)) <= 2 * (128 + 2) + 8, out

@@ -3,6 +3,7 @@
 import asyncio
 import json
 import re
+import socket
 import threading
 import time
 import urllib.error
@@ -13,6 +14,27 @@ import pytest
 
 from ipxbridge.app import Bridge
 from ipxbridge.config import load_config
+
+
+def free_port(kind: socket.SocketKind) -> int:
+    """A port on 127.0.0.1 free now: these bridges run in this namespace beside other test
+    runs (the pure and the compiled build's, at once: scripts/test.sh)."""
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def quiet_bridge(tmp_path: Path, http_port: int) -> dict[str, object]:
+    """A bridge's config on free ports of 127.0.0.1, without the browser players' listener."""
+    return {
+        "ipx": {
+            "listen": f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}",
+            "node_key_file": str(tmp_path / "node.key"),
+        },
+        "http": {"listen": f"127.0.0.1:{http_port}"},
+        "websocket": {"listen": "off"},
+    }
 
 
 async def request(port: int, path: str) -> tuple[int, bytes]:
@@ -28,17 +50,17 @@ async def request(port: int, path: str) -> tuple[int, bytes]:
 
 def test_health_turns_503_when_the_loop_heartbeat_is_stale(tmp_path: Path) -> None:
     async def main() -> None:
-        ipx = {"listen": "127.0.0.1:21999", "node_key_file": str(tmp_path / "node.key")}
-        config = load_config(None, {}, {"ipx": ipx, "http": {"listen": "127.0.0.1:21998"}})
+        http_port = free_port(socket.SOCK_STREAM)
+        config = load_config(None, {}, quiet_bridge(tmp_path, http_port))
         bridge = Bridge(config)
         await bridge.start()
         try:
-            assert await request(21998, "/-/healthy") == (200, b"ok\n")
+            assert await request(http_port, "/-/healthy") == (200, b"ok\n")
             bridge.health.heartbeat -= 10  # as if the loop had been stuck for 10 s
-            status, body = await request(21998, "/-/healthy")
+            status, body = await request(http_port, "/-/healthy")
             assert status == 503
             assert b"heartbeat" in body
-            status, body = await request(21998, "/api/sessions")
+            status, body = await request(http_port, "/api/sessions")
             assert (status, json.loads(body)) == (200, [])
         finally:
             await bridge.stop()
@@ -48,17 +70,17 @@ def test_health_turns_503_when_the_loop_heartbeat_is_stale(tmp_path: Path) -> No
 
 def test_blocked_loop_fails_the_health_check_then_recovers(tmp_path: Path) -> None:
     """The endpoint runs on the relay loop: while the loop is stuck, a checker times out."""
+    http_port = free_port(socket.SOCK_STREAM)
 
     def probe(results: list[str]) -> None:
         try:
-            with urllib.request.urlopen("http://127.0.0.1:21996/-/healthy", timeout=1) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/-/healthy", timeout=1) as r:
                 results.append(str(r.status))
         except (urllib.error.URLError, TimeoutError) as exc:
             results.append(type(exc).__name__)
 
     async def main() -> None:
-        ipx = {"listen": "127.0.0.1:21997", "node_key_file": str(tmp_path / "node.key")}
-        config = load_config(None, {}, {"ipx": ipx, "http": {"listen": "127.0.0.1:21996"}})
+        config = load_config(None, {}, quiet_bridge(tmp_path, http_port))
         bridge = Bridge(config)
         await bridge.start()
         try:
@@ -81,25 +103,24 @@ def test_blocked_loop_fails_the_health_check_then_recovers(tmp_path: Path) -> No
 
 
 def test_start_up_logs_the_status_page_metrics_and_api_urls_and_each_answers(
-    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A newcomer finds the status page and /metrics in the log, not only the API."""
     caplog.set_level("INFO")
 
     async def main() -> None:
-        config = load_config(
-            None, {}, {"ipx": {"listen": "127.0.0.1:21995"}, "http": {"listen": "127.0.0.1:21994"}}
-        )
+        port = free_port(socket.SOCK_STREAM)
+        config = load_config(None, {}, quiet_bridge(tmp_path, port))
         bridge = Bridge(config)
         await bridge.start()
         try:
             (line,) = [r.getMessage() for r in caplog.records if "HTTP API on" in r.getMessage()]
             assert line == (
-                "status page on http://127.0.0.1:21994/, metrics on http://127.0.0.1:21994/metrics,"
-                " HTTP API on http://127.0.0.1:21994/api/sessions"
+                f"status page on http://127.0.0.1:{port}/, metrics on http://127.0.0.1:{port}/metrics,"
+                f" HTTP API on http://127.0.0.1:{port}/api/sessions"
             )
-            for url in re.findall(r"http://127\.0\.0\.1:21994(\S*?)(?:,|$)", line):
-                status, body = await request(21994, url)
+            for url in re.findall(rf"http://127\.0\.0\.1:{port}(\S*?)(?:,|$)", line):
+                status, body = await request(port, url)
                 assert (status, bool(body)) == (200, True), url
         finally:
             await bridge.stop()

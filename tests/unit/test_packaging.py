@@ -132,7 +132,10 @@ def test_multi_stage_on_the_pinned_slim_base_with_a_venv() -> None:
     assert froms[0].split()[-1] == "build"  # FROM ... AS build
     runs = " ".join(args_of("RUN"))
     assert "python -m venv /opt/ipxbridge" in runs
-    assert "/opt/ipxbridge/bin/pip install /src" in runs
+    # /src by default; a wheel compiled beforehand only when the WHEEL argument names one
+    assert 'else package=/src; fi && /opt/ipxbridge/bin/pip install "$package"' in runs
+    assert 'if [ -n "$WHEEL" ]; then package="$PIP_FIND_LINKS$WHEEL"' in runs
+    assert 'if [ -n "$WHEEL" ]; then exit 0; fi && apt-get update' in runs  # no compiler then
     # the runtime stage takes the venv from the builder, not a second pip install
     assert (["--from=build"], ["/opt/ipxbridge"], "/opt/ipxbridge") in copies()
     env = " ".join(args_of("ENV"))
