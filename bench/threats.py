@@ -1866,6 +1866,7 @@ def run(
     return {
         "tree": str(tree),
         "commit": describe(tree),
+        "namespaces": f"{PREFIX}_*",  # this run's, so a caller can check they are gone
         "quick": cfg.quick,
         "features": features,
         "attacks": {

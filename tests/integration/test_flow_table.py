@@ -217,7 +217,9 @@ def test_spoofed_one_packet_sources_never_lock_a_player_out(topo: Topo, workdir:
         problems = []
         if answered != 5:
             problems.append(f"the player was answered {answered} times out of 5")
-        if evicted.get("unproven_full", 0) < 7500 - 1024:
+        # every spoofed source the relay took asked for a flow (one it dropped first, under a
+        # CPU shared with other tests, did not); all but the table's 1024 were evicted
+        if evicted.get("unproven_full", 0) < 7500 - dropped - 1024:
             problems.append(f"evictions not exported as such: {evicted}")
         if received != relayed + dropped:  # one outcome per datagram
             problems.append(f"books: {received} != {relayed} + {dropped}")

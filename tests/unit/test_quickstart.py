@@ -90,14 +90,14 @@ def test_test_sh_goes_on_after_a_failed_apt_update_and_stops_on_a_failed_pip(
     assert res.returncode == 1
     assert "==> warning: apt-get update failed" in res.stderr
     assert "CALL apt-get install -y -qq --no-install-recommends dosbox" in res.stdout
-    assert "==> Python: the active virtual environment" in res.stdout
+    assert "s] Python: the active virtual environment" in res.stdout  # "==> [   1 s] Python:"
     assert "error: externally-managed-environment" in res.stderr
     assert "==> FAILED: pip install -e .[test]" in res.stderr
-    assert "==> ruff" not in res.stdout
+    assert "] ruff" not in res.stdout
 
 
 def test_test_sh_stops_on_a_failed_apt_install(tmp_path: Path) -> None:
     res = run_test_sh(tmp_path, install_fails=True)
     assert res.returncode == 1
     assert "==> FAILED: apt-get install dosbox" in res.stderr
-    assert "==> pip install" not in res.stdout
+    assert "] pip install" not in res.stdout
