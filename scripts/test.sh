@@ -10,6 +10,11 @@
 # not land in whatever interpreter is first on PATH (pyenv, conda, the system's), and one way
 # of doing it behaves the same on every machine. PYTHON=/path/to/python3 picks the interpreter
 # the environment is made from (rm -rf .venv to change it later).
+#
+# Time: the compile, mypy and the pure build's unit tests overlap, then the compiled build's
+# test modules run side by side in TEST_WORKERS pytest-xdist workers (5: the tests mostly
+# wait on their networks); each step's line says when it began (docs/testbed.md, "Where the
+# suite's time goes"). With arguments, only pytest runs, with them: scripts/test.sh -x -k relay.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -157,8 +162,9 @@ WHEEL_DIR=dist/test-wheel
 say "pip wheel . (the compiled build)"
 rm -rf "$WHEEL_DIR"
 wheel_log=$(mktemp)
-if ! "$PY" -m pip wheel -v --disable-pip-version-check --no-deps -w "$WHEEL_DIR" . \
-    >"$wheel_log" 2>&1; then
+# (--no-build-isolation: the test extra installed the build requirements, the same pins)
+if ! "$PY" -m pip wheel -v --disable-pip-version-check --no-deps --no-build-isolation \
+    -w "$WHEEL_DIR" . >"$wheel_log" 2>&1; then
     cat "$wheel_log" >&2
     rm -f "$wheel_log"
     die "pip wheel . (see above)"
@@ -198,9 +204,9 @@ fi
 # of its own, the longest modules first: tests/conftest.py); then the tests marked "alone",
 # which measure rates and need the CPUs to themselves.
 status=0
-say "pytest on the $BUILD build, ${TEST_WORKERS:-4} workers (mypy and the pure build's" \
+say "pytest on the $BUILD build, ${TEST_WORKERS:-5} workers (mypy and the pure build's" \
     "unit tests beside it)"
-IPXBRIDGE_EXPECT_BUILD=$BUILD "$PY" -m pytest -q -n "${TEST_WORKERS:-4}" --dist loadfile \
+IPXBRIDGE_EXPECT_BUILD=$BUILD "$PY" -m pytest -q -n "${TEST_WORKERS:-5}" --dist loadfile \
     --no-loadscope-reorder -m "not patches_code and not alone" --durations=15 || status=$?
 wait "$side_pid" || status=$?
 say "mypy --strict"
