@@ -14,7 +14,8 @@
 # Time: the compile, mypy and the pure build's unit tests overlap, then the compiled build's
 # test modules run side by side in TEST_WORKERS pytest-xdist workers (5: the tests mostly
 # wait on their networks); each step's line says when it began (docs/testbed.md, "Where the
-# suite's time goes"). With arguments, only pytest runs, with them: scripts/test.sh -x -k relay.
+# suite's time goes"). With arguments, pytest runs with them instead (after the install, the
+# compile and ruff): scripts/test.sh -x -k relay.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
