@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import require
 from scripts.harness import namespaces, run_bench
+from tests.integration.conftest import require
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The live status page in a real browser, against a bridge carrying real traffic.
 
 Headless Chromium (Debian's) runs in the bridge's namespace and is driven over the DevTools
-protocol on a pipe (tests/integration/cdp.py). It checks what a LAN-party host sees: the page
+protocol on a pipe (scripts/cdp.py). It checks what a LAN-party host sees: the page
 updates in place (a token set in the page survives while the numbers change), a client that
 sends a shutdown is shown as gone with why, a game appears within a probe interval, hostile
 names stay text, nothing is fetched from anywhere but the bridge, and the console is clean.
