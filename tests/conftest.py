@@ -48,23 +48,22 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 # --- order: the longest modules first -------------------------------------------------------
 # With pytest-xdist (--dist loadfile --no-loadscope-reorder: scripts/test.sh) each worker takes
 # whole modules in collection order; the ones that take longest go first, so that no long
-# module starts last (longest-processing-time scheduling). Seconds each took in a run of 4
+# module starts last (longest-processing-time scheduling). Seconds each took in a run of 5
 # workers (docs/testbed.md, "Where the suite's time goes").
 SLOWEST_FIRST = (
-    "test_relay.py",  # 170
-    "test_container.py",  # 135
-    "test_bench_scripts.py",  # 133
-    "test_vpns.py",  # 118
-    "test_rule8_attacks.py",  # 112
-    "test_threats.py",  # 100
-    "test_build.py",  # 65
-    "test_ipx_segments.py",  # 44
-    "test_browser_players.py",  # 41
-    "test_config.py",  # 39
-    "test_ipx_interop.py",  # 38
-    "test_ipx_tunnel.py",  # 37
-    "test_deploy.py",  # 36
-    "test_real_clients.py",  # 34
+    "test_relay.py",  # 151
+    "test_bench_scripts.py",  # 128
+    "test_vpns.py",  # 127
+    "test_container.py",  # 104
+    "test_rule8_attacks.py",  # 104
+    "test_threats.py",  # 95
+    "test_browser_players.py",  # 40
+    "test_ipx_tunnel.py",  # 38
+    "test_ipx_segments.py",  # 33
+    "test_real_clients.py",  # 30
+    "test_ipx_interop.py",  # 28
+    "test_build.py",  # 22
+    "test_config.py",  # 21
 )
 
 
