@@ -15,6 +15,7 @@ import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 from uuid import UUID
@@ -38,192 +39,20 @@ from ipxbridge.policy.relay_peers import EXPIRE_SECONDS, MAX_PER_INTERFACE
 from ipxbridge.policy.rooms import room_name
 from ipxbridge.wire.ipx import DEFAULT_FILTERED_SOCKETS, IPX_UDP_PORT
 from ipxbridge.wire.ipxwrapper import IPXWRAPPER_DEFAULT_NET
+from ipxbridge.wire.nebula_conf import NEBULA_CONFIGS
 from ipxbridge.wire.openvpn_status import STATUS_FILES
+from ipxbridge.wire.tinc_conf import TINC_CONFIGS
 
 DEFAULT_IPX_PORT: Final = IPX_UDP_PORT
 # The server side of the uplink protocol takes its password from here when ipx.uplink_password_file
 # is empty (docs/ipx.md, "ipxbox uplinks").
 UPLINK_PASSWORD_ENV: Final = "IPXBRIDGE_UPLINK_PASSWORD"  # noqa: S105 - a variable name
 
-DEFAULT_CONFIG_YAML: Final = """\
-# ipxbridge configuration. Every key is optional; these are the defaults.
-ipx:
-  # UDP address of the IPX tunnel (RFC 1234 peers and DOSBox clients), or "off".
-  listen: "0.0.0.0:213"
-  # Static RFC 1234 peers, e.g. other ipxbridges at other sites: "host[:port]".
-  peers: []
-  # DOSBox-protocol clients (DOSBox, DOSBox-X, dosemu2, IPXWrapper, vanilla-utilities).
-  max_clients: 256
-  idle_timeout: 600        # seconds without any packet before a client is forgotten
-  keepalive_interval: 5    # seconds of silence before the bridge pings a client
-  answer_pings: true       # answer "ipxnet ping" so a lone client sees the server
-  # The IPX node each client gets. keyed: 02 + a keyed hash of its IPv4 address and port
-  # (HMAC-SHA256 with the key in node_key_file). Nobody else can predict it, so a packet
-  # carrying it proves the client received our registration reply (verified at once), and
-  # after a restart the bridge recomputes the same node: clients carry on without
-  # reconnecting. "ipxnet ping" prints such a node as an address ("Response from
-  # 2.171.18.9, port 52736"), as with ipxbox's random nodes. address: the DOSBox
-  # convention, IPv4 + UDP port (ping prints real addresses); anyone can predict it, so a
-  # client is verified only by answering a ping, and a rejoin stays unverified.
-  node_assignment: keyed
-  # Read if present (at least 16 bytes), else created: 32 random bytes, mode 0600. Keep it
-  # across restarts (systemd: StateDirectory; Docker: a volume). If it cannot be created,
-  # a key in memory is used and clients must reconnect after each restart.
-  node_key_file: /var/lib/ipxbridge/node.key
-  # A client is unverified until it proves it receives at its address (registration is one
-  # spoofable datagram). It is served like any other, even if it never sends (players who
-  # only listen, hosts silent until enumerated), but everything sent toward unproven
-  # addresses is held to these bytes per second: per destination IPv4 address, and for the
-  # whole bridge. That is all a stranger spoofing registrations can make the bridge send
-  # toward one victim, and toward all of them. 16 KiB/s carries what games send before a
-  # match (a DirectPlay enumeration is 82 bytes; a busy DOS lobby about 10 KiB/s) to a few
-  # listeners behind one address; a real DOSBox client answers the bridge's probe a second
-  # after it registers and is limited no longer. 0 = send unproven addresses nothing (not
-  # even the registration reply: nobody could join).
-  unverified_address_bytes_per_second: 16384
-  unverified_address_byte_burst: 32768
-  unverified_total_bytes_per_second: 262144
-  unverified_total_byte_burst: 524288
-  # Registered but unverified clients are kept apart from max_clients, so spoofed
-  # registrations cannot lock real players out. When one IPv4 address (a NAT) is at
-  # max_unverified_per_ip, its oldest unverified client makes room for the newcomer.
-  max_unverified: 256
-  max_unverified_per_ip: 16
-  # Re-admit a client whose packets carry exactly the node this bridge assigns to its
-  # address (it registered before a bridge restart or an expiry): games carry on. With
-  # keyed nodes such a packet also verifies it.
-  rejoin: true
-  # Networks whose clients may register, e.g. ["192.168.0.0/16", "10.8.0.0/24"]; empty =
-  # anyone. The DOSBox protocol has no authentication: set this on a bridge the internet
-  # can reach. Others are dropped and counted as not_allowed.
-  clients_allow: []
-  # Loop protection between bridges: copies arriving via another port within this window
-  # are dropped; identical packets via the same port pass (games repeat themselves), but a
-  # copy back by another way never leaves by a port the packet left by in the last 0.25 s
-  # (the bound that also stops loops without a hop count).
-  dedup_window: 2.0
-  # Never relay NetBIOS/SMB/NCP/SAP/RIP/SNMP sockets (file sharing, not games).
-  filter_sockets: true
-  # Under heavy load (2,000 datagrams a second and more), read the tunnel socket every
-  # this many milliseconds instead of waking per datagram: about a third less CPU at 8,000
-  # packets/s in, each packet delayed up to this long (plus the loop's 1 ms timer
-  # resolution) while the load lasts (DOSBox reads its own socket once a millisecond).
-  # 0 = wake per datagram always.
-  coalesce_ms: 2
-  # Interface ports: the same IPX network on chosen interfaces and VPNs, for players the
-  # tunnel cannot reach. kinds: ethernet = native IPX frames (DOS PCs, Windows 9x, 86Box,
-  # PCem, QEMU; needs CAP_NET_RAW, puts the interface in promiscuous mode while running);
-  # ipxwrapper = IPXWrapper's own UDP (54792); rfc1234 = RFC 1234 hosts on the subnet.
-  # role, peers: as for relay interfaces. framing (ethernet): auto = learned per station,
-  # 802.2 until one is heard; or ethernet_ii | 802.3 | 802.2 | snap. network (ipxwrapper):
-  # the hosts' IPX network, in quotes ("00000001", IPXWrapper's default), for unicasts to
-  # a host not heard yet.
-  #   interfaces:
-  #     - name: eth1
-  #       kinds: [ethernet, ipxwrapper]
-  #     - name: wg0
-  #       kinds: [ipxwrapper]
-  interfaces: []
-  # Two bridges on one segment agree who puts what there with beacons. Without a key a
-  # bridge believes another's beacon only when that bridge is its RFC 1234 peer and says
-  # so over the peer link (else both forward: a duplicate, never a loop or silence). With
-  # the same secret in a file on every bridge (at least 16 bytes, e.g. from
-  # "head -c 32 /dev/urandom > key"), beacons are signed and checked.
-  bridge_key_file: ""
-  # ipxbox's uplink protocol (a whole IPX network through NAT, password handshake; not
-  # encrypted). Server side, on the listen port: a file holding the password (or the
-  # environment variable IPXBRIDGE_UPLINK_PASSWORD); "" and no variable = off.
-  uplink_password_file: ""
-  # Client side: connect this network to ipxbox or ipxbridge servers, each from its own
-  # ephemeral UDP port. The password from a file or an environment variable, never the
-  # command line.
-  #   uplinks:
-  #     - server: "ipxbox.example.net:10000"
-  #       password_file: /etc/ipxbridge/uplink.password
-  #     - server: "192.0.2.10"
-  #       password_env: SITE_B_UPLINK_PASSWORD
-  uplinks: []
-relay:
-  # Interfaces whose broadcasts are re-sent on each other: names, globs ("wg*") or CIDRs.
-  # role: lan = subnet broadcast; p2p = a unicast copy to each peer (WireGuard, tun);
-  # auto = from the interface flags. Empty list: the broadcast relay is off.
-  #   interfaces:
-  #     - name: eth0
-  #     - name: wg0
-  #       role: p2p
-  #       peers: []          # empty: found (WireGuard's /32 AllowedIPs, OpenVPN clients,
-  #                          # addresses heard there); or list them: [10.8.0.2, 10.8.0.3]
-  interfaces: []
-  ports: [47624, 6073]     # DirectPlay 4 and 8 discovery; add e.g. 54792 for IPXWrapper
-  # preserve: copies keep the player's source (raw sockets, CAP_NET_RAW; hosts answer the
-  # player directly if this box routes); rewrite: copies come from this box and replies are
-  # relayed back; auto: preserve when raw sockets are allowed, else rewrite.
-  source_mode: auto
-  # Kernel fast path in preserve mode (nftables dup rules owned by ipxbridge): auto | on | off.
-  # Copies are DSCP-marked (both paths): a marked datagram on a LAN is never relayed again,
-  # one from a p2p interface (another site's bridge's) only on to the LANs.
-  fast_path: auto
-  dedup_window: 2.0
-  # rewrite mode: each (player, egress) is a flow with its own socket (a file descriptor).
-  # Players who came back after a host answered them are kept apart from flows that are not
-  # (yet) proven, so a flood of spoofed one-packet sources only churns the unproven ones;
-  # a full pool evicts its oldest flow, and one player address holds at most
-  # max_flows_per_source. Flows idle for 120 s expire.
-  max_flows: 1024
-  max_unproven_flows: 128
-  max_flows_per_source: 16
-  # Peers of a p2p interface without listed ones: the connected clients in OpenVPN servers'
-  # status files (these globs: where Debian's openvpn-server@ and openvpn@ units write
-  # them), and addresses of the tunnel's own subnet heard sending broadcasts there, at most
-  # heard_peers per interface (0: none learned), each forgotten heard_peer_seconds after
-  # it was last heard.
-  openvpn_status: ["/run/openvpn-server/status-*.log", "/run/openvpn/*.status"]
-  heard_peers: 64
-  heard_peer_seconds: 600
-directplay:
-  # Send our own DirectPlay 4/8 session enumerations every N seconds (0 = off, min 1) so the
-  # game list fills even when no player is searching.
-  probe_interval: 0
-  probe_interfaces: []     # names, globs ("eth*") or CIDRs; empty = all IPv4 interfaces
-  probe_ipx: true          # also probe IPX clients (broadcast to socket 0xA57F)
-  session_expiry: 60       # seconds a session stays listed without a fresh announcement
-  max_sessions: 1024
-  games: {}                # extra titles: {"{GUID}": "Title"}
-websocket:
-  # Players in a browser: js-dos connects to ws://HOST:1900/ipx/<room> (wss:// with a
-  # certificate), or "off". Each room is an IPX network of its own; bridge_room is this
-  # bridge's network, with its DOSBox clients, interface ports, peers and uplinks.
-  listen: "0.0.0.0:1900"
-  bridge_room: default
-  # PEM files for wss:// (reloaded on SIGHUP); both or neither. A page served over https
-  # may only open wss://.
-  certificate: ""
-  key: ""
-  # Origin headers allowed (the pages players load js-dos from), e.g.
-  # ["https://games.example.org"]; empty = any.
-  origins: []
-  # Reverse proxies (nginx, Caddy) whose X-Forwarded-For is believed, e.g. ["127.0.0.1/32"].
-  trusted_proxies: []
-  # Bounds: connections in all, rooms besides bridge_room (a room lasts while it has
-  # connections), connections per room and per client address.
-  max_connections: 512
-  max_rooms: 64
-  max_connections_per_room: 64
-  max_connections_per_address: 16
-  # Pings find dead connections (js-dos answers at once and sends none of its own).
-  ping_interval: 10
-  # Copies waiting toward one player, in bytes; past that they are dropped and counted,
-  # and a player behind for behind_seconds in a row is disconnected.
-  max_buffer: 262144
-  behind_seconds: 10
-http:
-  # HTTP API (/api/sessions, health), or "off". Keep it on loopback unless you scrape it
-  # from the LAN.
-  listen: "127.0.0.1:9213"
-logging:
-  level: info              # debug | info | warning | error
-  format: text             # text | json
-"""
+# The embedded default configuration, with a comment for every setting: what `ipxbridge run`
+# uses without --config and what `ipxbridge print-default-config` prints (package data).
+DEFAULT_CONFIG_YAML: Final = (
+    resources.files("ipxbridge").joinpath("data/config.yaml").read_text(encoding="utf-8")
+)
 
 
 class ConfigError(IpxbridgeError):
@@ -613,9 +442,12 @@ class RelaySection(_Model):
     max_unproven_flows: Annotated[int, Field(ge=1, le=65_535, strict=True)] = 128
     max_flows_per_source: Annotated[int, Field(ge=1, le=65_536, strict=True)] = 16
     # Peers found for a p2p interface without listed ones (docs/relay.md, "Peers"): OpenVPN
-    # servers' status files (globs), and addresses of the tunnel's subnet heard sending
-    # broadcasts there, at most heard_peers per interface (0: none), each kept this long.
+    # servers' status files, tinc's and Nebula's configs (globs), and addresses of the tunnel's
+    # subnet heard sending broadcasts there, at most heard_peers per interface (0: none),
+    # each kept this long.
     openvpn_status: tuple[Annotated[str, Field(min_length=1)], ...] = STATUS_FILES
+    tinc_config: tuple[Annotated[str, Field(min_length=1)], ...] = TINC_CONFIGS
+    nebula_config: tuple[Annotated[str, Field(min_length=1)], ...] = NEBULA_CONFIGS
     heard_peers: Annotated[int, Field(ge=0, le=1024, strict=True)] = MAX_PER_INTERFACE
     heard_peer_seconds: Annotated[float, Field(ge=10, le=86_400)] = EXPIRE_SECONDS
 

@@ -831,7 +831,8 @@ RELAY_ROW: Final = (
         title="Relay peers on p2p interfaces",
         description=(
             "Unicast targets of the relay's p2p interfaces by where they came from (listed,"
-            " wireguard, openvpn, heard, point_to_point), and peers learned, expired and"
+            " wireguard, tinc, nebula, openvpn, heard, point_to_point), and peers learned,"
+            " expired and"
             " evicted per second from what arrives there (relay.heard_peers bounds them)."
         ),
         unit="short",

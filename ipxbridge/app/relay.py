@@ -20,6 +20,7 @@ from ipxbridge.errors import StartupError
 from ipxbridge.io.netlink import TopologyWatcher
 from ipxbridge.io.nftables import FastPathCounts, KernelFanout, Removal, remove_table
 from ipxbridge.io.relay import BroadcastRelay, ip_forward_enabled, raw_sockets_allowed
+from ipxbridge.io.vpn_files import by_interface
 from ipxbridge.io.wireguard import PEER_REFRESH_SECONDS
 from ipxbridge.obs.counters import RelayCounters
 from ipxbridge.obs.logging import DROP_LOG_SECONDS, DropWatch
@@ -94,7 +95,11 @@ class RelayService:
         self._unmatched = UnmatchedNames("relay interfaces (--iface, relay.interfaces)")
         # WireGuard peers by interface, as last read off the loop; one worker.
         self._wg = VpnPeers(
-            self._wireguard_names, self._replan, what="relay plan", openvpn=self._openvpn_files
+            self._wireguard_names,
+            self._replan,
+            what="relay plan",
+            openvpn=self._openvpn_files,
+            configs=self._config_files,
         )
         self._planning = False  # set once the first plan (with peers) is in place
         self._quiet_plan = False  # this re-plan is for heard peers only (said at debug level)
@@ -294,13 +299,21 @@ class RelayService:
             return ()
         return wireguard_reads(self.watcher.topology, self._selections)
 
+    def _finding(self) -> bool:
+        """Whether a p2p interface in the plan needs its peers found."""
+        if self.relay is None or self.watcher is None:
+            return False
+        return finding_peers(self.watcher.topology, self._selections)
+
     def _openvpn_files(self) -> tuple[str, ...]:
         """The OpenVPN status files to read, when a p2p interface needs peers found."""
-        if self.relay is None or self.watcher is None:
-            return ()
-        if not finding_peers(self.watcher.topology, self._selections):
-            return ()
-        return tuple(self.config.relay.openvpn_status)
+        return tuple(self.config.relay.openvpn_status) if self._finding() else ()
+
+    def _config_files(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The tinc and Nebula configs to read, when a p2p interface needs peers found."""
+        if not self._finding():
+            return (), ()
+        return tuple(self.config.relay.tinc_config), tuple(self.config.relay.nebula_config)
 
     def _replan(self) -> None:
         """After a peer read: the topology may have moved meanwhile."""
@@ -312,8 +325,9 @@ class RelayService:
             return
         heard = self.relay.policy.heard.peers()
         found = (self._wg.peers, self._wg.openvpn, heard)
-        egresses, own, bcasts = build_plan(topology, self._selections, *found)
-        self.peer_sources = plan_peer_sources(topology, self._selections, *found)
+        named = by_interface(self._wg.nets)
+        egresses, own, bcasts = build_plan(topology, self._selections, *found, named=named)
+        self.peer_sources = plan_peer_sources(topology, self._selections, *found, named=named)
         self.relay.apply_plan(egresses, own, bcasts)
         assert self._loop is not None  # noqa: S101 - plans start with start()
         self._unmatched.check(topology, [s.pattern for s in self._selections], self._loop.time())

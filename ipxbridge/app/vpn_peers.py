@@ -1,8 +1,9 @@
 """VPN peers, followed off the loop: one owner for the relay's and the IPX ports' reads.
 
 A p2p interface without static peers takes its unicast targets from WireGuard (or, for the
-relay, from OpenVPN's status files, ``io/openvpn.py``), and reading them is I/O (a UAPI
-socket or generic netlink, ``io/wireguard.py``) that can take seconds: it runs on a worker
+relay, from OpenVPN's status files, ``io/openvpn.py``, and tinc's and Nebula's configs,
+``io/vpn_files.py``), and reading them is I/O (a UAPI socket or generic netlink,
+``io/wireguard.py``; files) that can take seconds: it runs on a worker
 thread of its own, one read at a time, and a stuck UAPI socket holds that thread, never the
 loop. ``wg set`` raises no netlink event, so the owner also calls ``refresh`` every
 ``io.wireguard.PEER_REFRESH_SECONDS``.
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from ipxbridge.io.openvpn import openvpn_clients
+from ipxbridge.io.vpn_files import NetPeers, VpnFiles
 from ipxbridge.io.wireguard import read_wireguard_peers
 
 logger = logging.getLogger(__name__)
@@ -30,6 +32,7 @@ class VpnPeers:
         *,
         what: str,
         openvpn: Callable[[], tuple[str, ...]] | None = None,
+        configs: Callable[[], tuple[tuple[str, ...], tuple[str, ...]]] | None = None,
     ) -> None:
         """Follow the peers of the interfaces ``names()`` lists.
 
@@ -39,10 +42,15 @@ class VpnPeers:
             what: the owner's plan, for the log ("relay plan", "IPX interface ports").
             openvpn: the OpenVPN status files (globs) to read with each round, when the
                 plan has a p2p interface that needs peers found (``io/openvpn.py``).
+            configs: tinc's and Nebula's configs (globs), read with each round when the
+                plan has such an interface (``io/vpn_files.py``).
         """
         self.peers: dict[str, list[str]] = {}
         self.openvpn: dict[str, tuple[str, ...]] = {}  # status file -> client addresses
         self._openvpn = openvpn
+        self.nets: list[NetPeers] = []  # tinc and Nebula nets, each with its interface
+        self._configs = configs
+        self._files = VpnFiles()
         self._names = names
         self._on_read = on_read
         self._what = what
@@ -72,7 +80,8 @@ class VpnPeers:
             try:
                 names = self._names()
                 files = self._openvpn() if self._openvpn is not None else ()
-                if (names or files) and self._executor is None:
+                configs = self._configs() if self._configs is not None else ((), ())
+                if (names or files or any(configs)) and self._executor is None:
                     self._executor = ThreadPoolExecutor(1, thread_name_prefix="wg-peers")
                 if names:
                     self.peers = await read_wireguard_peers(names, self._executor)
@@ -80,6 +89,10 @@ class VpnPeers:
                     loop = asyncio.get_running_loop()
                     self.openvpn = await loop.run_in_executor(
                         self._executor, openvpn_clients, files
+                    )
+                if any(configs):
+                    self.nets = await asyncio.get_running_loop().run_in_executor(
+                        self._executor, self._files.read, *configs
                     )
                 self._on_read()
             except Exception:

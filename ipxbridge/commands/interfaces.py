@@ -12,10 +12,11 @@ hands the relay and lets the relay's own planner turn them into egresses:
 2. **Topology** is read once the way the relay's ``TopologyWatcher`` reads it
    (``io/netlink.read_topology``, the netifaces view if netlink fails).
 3. **Peers** of p2p interfaces without listed ones: WireGuard's, read for the names
-   ``policy.relay.wireguard_reads`` lists with ``io/wireguard.read_wireguard_peers``, and the
-   clients in OpenVPN servers' status files (``io/openvpn.openvpn_clients``), as the bridge
-   does; each peer is shown with where it came from (``policy.relay.peer_sources``). Peers
-   the running bridge hears are not known here, and the command says so.
+   ``policy.relay.wireguard_reads`` lists with ``io/wireguard.read_wireguard_peers``, the
+   clients in OpenVPN servers' status files (``io/openvpn.openvpn_clients``) and the peers
+   tinc's and Nebula's configs name (``io/vpn_files.py``), as the bridge does; each peer is
+   shown with where it came from (``policy.relay.peer_sources``). Peers the running bridge
+   hears are not known here, and the command says so.
 4. ``policy.relay.build_plan`` turns them into ``Egress`` tuples; everything printed about
    what the relay sends comes from those (a lan interface gets the subnet broadcast of its
    *first* address only; a p2p one a unicast copy per peer), plus why each other interface is
@@ -243,12 +244,13 @@ def _p2p_action(
     egress: Egress,
     sel: Selection | None,
     found: tuple[Mapping[str, Sequence[str]], Mapping[str, Sequence[str]]],
+    named: Mapping[str, Sequence[tuple[str, Sequence[str]]]],
 ) -> str:
     if not egress.peers:
         return NO_PEERS
     wg, openvpn = found
     chosen = sel if sel is not None else Selection(iface.name)
-    sources = peer_sources(iface, chosen, wg, openvpn, {})
+    sources = peer_sources(iface, chosen, wg, openvpn, {}, named=named)
     groups: dict[str, list[str]] = {}
     for peer in egress.peers:
         groups.setdefault(sources.get(peer, "listed"), []).append(peer)
@@ -263,6 +265,8 @@ def _source_words(source: str) -> str:
         "listed": "given in the config or --iface",
         "wireguard": "from WireGuard AllowedIPs",
         "openvpn": f"connected OpenVPN clients in {path}",
+        "tinc": f"other tinc nodes' host-sized Subnets in {path}/hosts",
+        "nebula": f"the via of Nebula's unsafe routes in {path}",
         "point-to-point": "from the point-to-point peer address",
     }.get(kind, source)
 
@@ -358,6 +362,7 @@ def describe(
     ipx: Sequence[IpxInterface] = (),
     rfc1234_port: int = IPX_UDP_PORT,
     openvpn: Mapping[str, Sequence[str]] | None = None,
+    named: Mapping[str, Sequence[tuple[str, Sequence[str]]]] | None = None,
 ) -> Report:
     """The relay's plan (``policy.relay.build_plan``) and every interface's part in it.
 
@@ -374,6 +379,8 @@ def describe(
         ipx: the ``ipx.interfaces`` entries (``app.ipx.ipx_interfaces``); empty: no IPX ports.
         rfc1234_port: the tunnel's UDP port (``ipx.listen``), which rfc1234 ports use.
         openvpn: client addresses per OpenVPN status file (``io/openvpn.openvpn_clients``).
+        named: the peers tinc's and Nebula's configs name, per interface name, with their
+            source (``io/vpn_files.by_interface``).
 
     Raises:
         ValueError: a pattern with "/" that is not an IPv4 CIDR.
@@ -387,7 +394,7 @@ def describe(
     skip_at = {(s.interface, s.kind): s for s in ipx_skipped}
     chosen = tuple(selections)
     matches = tuple(tuple(i.name for i in select(topology, [s.pattern])) for s in chosen)
-    egresses, own, bcasts = build_plan(topology, chosen, wireguard_peers, openvpn)
+    egresses, own, bcasts = build_plan(topology, chosen, wireguard_peers, openvpn, named=named)
     by_index = {e.index: e for e in egresses}
     primary = topology.primary
     rows: list[InterfaceReport] = []
@@ -407,7 +414,7 @@ def describe(
         elif egress.role == "lan":
             action, notes = _lan_action(iface, egress)
         else:
-            action = _p2p_action(iface, egress, sel, (wireguard_peers, openvpn))
+            action = _p2p_action(iface, egress, sel, (wireguard_peers, openvpn), named or {})
             if sel is not None and not sel.peers:
                 notes = (*notes, HEARD_NOTE)
         if egress is not None:
@@ -742,6 +749,7 @@ def _read_topology() -> Topology | None:
 def run(args: argparse.Namespace) -> int:
     """Body of ``ipxbridge interfaces`` (the namespace comes from :func:`add_parser`)."""
     from ipxbridge.io.openvpn import openvpn_clients  # noqa: PLC0415 - see above
+    from ipxbridge.io.vpn_files import VpnFiles, by_interface  # noqa: PLC0415 - see above
     from ipxbridge.io.wireguard import read_wireguard_peers  # noqa: PLC0415 - see above
 
     flags: dict[str, Any] = {}
@@ -795,9 +803,11 @@ def run(args: argparse.Namespace) -> int:
     wanted = tuple(dict.fromkeys(names))
     peers = asyncio.run(read_wireguard_peers(wanted)) if wanted else {}
     # the OpenVPN servers' clients, as the bridge reads them for p2p interfaces without peers
-    openvpn = (
-        openvpn_clients(config.relay.openvpn_status) if finding_peers(topology, selections) else {}
-    )
+    # and the peers tinc's and Nebula's configs name
+    finding = finding_peers(topology, selections)
+    openvpn = openvpn_clients(config.relay.openvpn_status) if finding else {}
+    relay = config.relay
+    named = by_interface(VpnFiles().read(relay.tinc_config, relay.nebula_config)) if finding else {}
     # ipx.listen is not off when there are entries (config.IpxSection refuses it).
     tunnel_port = parse_host_port(config.ipx.listen).port if entries else IPX_UDP_PORT
     report = describe(
@@ -808,6 +818,7 @@ def run(args: argparse.Namespace) -> int:
         ipx=entries,
         rfc1234_port=tunnel_port,
         openvpn=openvpn,
+        named=named,
     )
     ports = config.relay.ports
     uplinks = uplinks_json(config) if config.ipx.listen != "off" else None

@@ -98,8 +98,8 @@ class RelaySnapshot:
     return_sockets: int = 0
     flow_evictions: dict[str, int] = field(default_factory=dict)
     flows_refused: dict[str, int] = field(default_factory=dict)
-    # p2p peers in the plan by (interface, source: listed, wireguard, openvpn, heard,
-    # point_to_point), and the heard-peer table's events (policy/relay_peers.py HEARD_EVENTS)
+    # p2p peers in the plan by (interface, source: listed, wireguard, tinc, nebula, openvpn,
+    # heard, point_to_point), and the heard-peer table's events (policy/relay_peers.py HEARD_EVENTS)
     peers: Mapping[tuple[str, str], int] = field(default_factory=dict)
     heard_peers: dict[str, int] = field(default_factory=dict)
 
@@ -294,7 +294,7 @@ class BridgeCollector(Collector):
         peers = GaugeMetricFamily(
             "ipxbridge_relay_peers",
             "Unicast targets of the relay's p2p interfaces, by interface and where they came"
-            " from (listed, wireguard, openvpn, heard, point_to_point).",
+            " from (listed, wireguard, tinc, nebula, openvpn, heard, point_to_point).",
             labels=["interface", "source"],
         )
         heard = CounterMetricFamily(

@@ -528,15 +528,19 @@ def peer_sources(
     wireguard_peers: Mapping[str, Sequence[str]],
     openvpn: Mapping[str, Sequence[str]],
     heard: Mapping[str, Sequence[str]],
+    *,
+    named: Mapping[str, Sequence[tuple[str, Sequence[str]]]] | None = None,
 ) -> dict[str, str]:
     """A p2p interface's peers, each with where it came from, in the order they are used.
 
     Listed peers (the config's or the command line's, ``listed``) are the only ones when
-    there are any. Otherwise: WireGuard's /32 AllowedIPs (``wireguard``), the connected
+    there are any. Otherwise: WireGuard's /32 AllowedIPs (``wireguard``), the peers the
+    VPN's own files name for this interface (``named``: ``tinc <net dir>``, the other
+    nodes' host-sized Subnets; ``nebula <config>``, its unsafe routes' via), the connected
     clients of an OpenVPN server whose virtual address is in the interface's subnet
     (``openvpn <status file>``), and the addresses of that subnet heard sending broadcasts
-    there (``heard``, policy/relay_peers.py); with none of those, the point-to-point peer address
-    (``point-to-point``).
+    there (``heard``, policy/relay_peers.py); with none of those, the point-to-point peer
+    address (``point-to-point``). The box's own addresses are never its peers.
     """
     if sel.peers:
         return dict.fromkeys(sel.peers, "listed")
@@ -545,6 +549,10 @@ def peer_sources(
         found.update(dict.fromkeys(wireguard_peers.get(iface.name, ()), "wireguard"))
     nets = [a.network for a in iface.addresses]
     own = {a.address for a in iface.addresses}
+    for source, addresses in (named or {}).get(iface.name, ()):
+        for address in addresses:
+            if address not in own:
+                found.setdefault(address, source)
     for path, addresses in openvpn.items():
         for address in addresses:
             ip = ipaddress.IPv4Address(address)
@@ -564,10 +572,12 @@ def plan_peer_sources(
     wireguard_peers: Mapping[str, Sequence[str]],
     openvpn: Mapping[str, Sequence[str]],
     heard: Mapping[str, Sequence[str]],
+    *,
+    named: Mapping[str, Sequence[tuple[str, Sequence[str]]]] | None = None,
 ) -> dict[str, dict[str, str]]:
     """``peer_sources`` of every p2p interface ``build_plan`` uses, by interface name."""
     return {
-        iface.name: peer_sources(iface, sel, wireguard_peers, openvpn, heard)
+        iface.name: peer_sources(iface, sel, wireguard_peers, openvpn, heard, named=named)
         for iface, sel, role in _chosen(topology, selections)
         if role == "p2p"
     }
@@ -584,6 +594,8 @@ def build_plan(
     wireguard_peers: Mapping[str, Sequence[str]],
     openvpn: Mapping[str, Sequence[str]] | None = None,
     heard: Mapping[str, Sequence[str]] | None = None,
+    *,
+    named: Mapping[str, Sequence[tuple[str, Sequence[str]]]] | None = None,
 ) -> tuple[tuple[Egress, ...], frozenset[str], dict[int, frozenset[str]]]:
     """Turn the live topology and the configuration into relay egresses.
 
@@ -591,7 +603,8 @@ def build_plan(
     first matching selection decides its role and peers. A p2p interface's peers are
     ``peer_sources``': listed ones, else those found from ``wireguard_peers`` (by interface
     name, as last read for the names ``wireguard_reads`` lists), ``openvpn`` (client
-    addresses per status file) and ``heard`` (per interface name).
+    addresses per status file), ``heard`` (per interface name) and ``named`` (the peers
+    tinc's and Nebula's files name, per interface name).
 
     Returns:
         (egresses, every IPv4 address of the box, subnet broadcasts per interface index).
@@ -606,7 +619,9 @@ def build_plan(
         first = iface.addresses[0]
         peers: tuple[str, ...] = ()
         if role == "p2p":
-            peers = tuple(peer_sources(iface, sel, wireguard_peers, openvpn or {}, heard or {}))
+            peers = tuple(
+                peer_sources(iface, sel, wireguard_peers, openvpn or {}, heard or {}, named=named)
+            )
         egresses.append(
             Egress(
                 iface.index,

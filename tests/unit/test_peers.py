@@ -108,6 +108,35 @@ def test_peers_come_from_the_status_file_of_the_interfaces_subnet_and_from_what_
     assert peer_sources(tun, listed[1], {}, openvpn, heard) == {"10.8.0.50": "listed"}
 
 
+def test_tinc_and_nebula_peers_count_on_the_interface_their_files_name() -> None:
+    """``named`` (io/vpn_files.by_interface): before OpenVPN's and heard peers, never the
+    box's own address, only on the interface named, and listed peers still replace them."""
+    topo = tun_topology()
+    sels = (Selection("eth0"), Selection("tun0"), Selection("wg0"))
+    named: dict[str, list[tuple[str, tuple[str, ...]]]] = {
+        "tun0": [
+            ("tinc /etc/tinc/lan", ("10.8.0.2", "10.8.0.1")),  # .1: this box (a stray file)
+            ("nebula /etc/nebula/site.yml", ("10.8.0.7", "10.8.0.2")),
+        ],
+        "nebula9": [("nebula /etc/nebula/other.yml", ("10.42.0.3",))],  # not here
+    }
+    openvpn = {"/run/openvpn/x.status": ("10.8.0.7", "10.8.0.8")}
+    heard = {"tun0": ("10.8.0.9",)}
+    egresses, _, _ = build_plan(topo, sels, {}, openvpn, heard, named=named)
+    assert [e.peers for e in egresses if e.name == "tun0"] == [
+        ("10.8.0.2", "10.8.0.7", "10.8.0.8", "10.8.0.9")
+    ]
+    assert plan_peer_sources(topo, sels, {}, openvpn, heard, named=named)["tun0"] == {
+        "10.8.0.2": "tinc /etc/tinc/lan",
+        "10.8.0.7": "nebula /etc/nebula/site.yml",
+        "10.8.0.8": "openvpn /run/openvpn/x.status",
+        "10.8.0.9": "heard",
+    }
+    tun = topo.interfaces[1]
+    listed = Selection("tun0", peers=("10.8.0.50",))
+    assert peer_sources(tun, listed, {}, {}, {}, named=named) == {"10.8.0.50": "listed"}
+
+
 def test_a_point_to_point_peer_only_when_nothing_else_is_known() -> None:
     tun = Interface(
         index=3,
