@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -99,6 +100,8 @@ class Netns:
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), signal.SIGKILL)
             sh("ip", "netns", "del", name, check=False)
+            # its own /etc, if a test gave it one (ip-netns(8): ip netns exec mounts it)
+            shutil.rmtree(Path("/etc/netns") / name, ignore_errors=True)
         self.names.clear()
 
 

@@ -1,7 +1,8 @@
 """LAN games find each other across the real VPN programs, through an ipxbridge relay.
 
 Each class builds one VPN from the programs Debian ships (OpenVPN 2.6, tinc 1.0, Nebula 1.6,
-wireguard-go) in namespaces of its own, as the bridge's users set them up, and shares it
+wireguard-go) in namespaces of its own, as the bridge's users set them up (a daemon's
+configuration where its Debian unit reads it, in the namespace's own /etc), and shares it
 between its tests; a test starts the bridge (``ipxbridge run``: the default kernel fast path
 in preserve mode, or ``--fast-path off``), lets the stand-in game of ``vpn.py`` look for hosts
 in every direction, and checks the bridge's books against what the hosts received.
@@ -24,13 +25,16 @@ read in their sources):
   ``route_broadcast``, src/net_packet.c ``broadcast_packet``: every node, over the minimum
   spanning tree): 255.255.255.255 reaches every node; a subnet broadcast is routed as unicast
   to the Subnet that holds it (none here). The relay still unicasts to each peer on a tun
-  device, so the peers are given on the command line.
+  device: the bridge reads them from the net's host files (/etc/tinc/NET/hosts/*, as
+  Debian's ``tinc@NET`` unit runs ``tincd -n NET``), before any node has sent a broadcast.
 * Nebula 1.6 (inside.go ``consumeInsidePacket`` and ``getOrHandshake``: 255.255.255.255 is
   outside the Nebula network and no unsafe route covers it, so the packet is dropped; the
   tunnel's broadcast address is a host no lighthouse knows, whose handshake never
   completes): no broadcast crosses, so each site has a LAN and a bridge, and a site's inner
   sources must be in its certificate's subnets, on the way out and in (firewall.go
-  ``Drop``: ``localIps``, ``remoteCidr``).
+  ``Drop``: ``localIps``, ``remoteCidr``). Each bridge finds the other as the ``via`` of its
+  unsafe route, in /etc/nebula/NAME.yml (Debian's ``nebula@NAME`` unit runs nebula through
+  ``nebula-systemd-launcher NAME``, which reads it).
 
 With a bridge at each end (Nebula, WireGuard two sites, the triangle), a bridge relays the
 other's marked copy, arriving on a point-to-point interface, once more, to its LANs only
@@ -42,8 +46,10 @@ broadcast, so the peers cannot have been heard instead.
 """
 
 import dataclasses
+import json
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -53,7 +59,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.harness import BridgeProcess, Netns, sh
+from scripts.harness import BridgeProcess, Netns, bridge_get, sh
 from tests.integration import vpn, wg
 from tests.integration.conftest import require
 
@@ -154,6 +160,34 @@ def start_bridge(
         args += ["--fast-path", "off"]
     names = "".join(f"(?=.*{re.escape(i.split(':')[0])} \\()" for i in ifaces)
     return BridgeProcess(net, ns, *args, log_dir=log_dir, ready=f"relaying between: {names}")
+
+
+def sources_named(
+    bridge: BridgeProcess, ns: str, dev: str, peers: Sequence[str], source: str, words: str
+) -> list[str]:
+    """What is wrong with how the bridge in ``ns`` names where ``dev``'s ``peers`` came from
+    (``source``: "tinc /etc/tinc/NET", "nebula /etc/nebula/NAME.yml"): the start-up plan line,
+    /api/interfaces, ``ipxbridge_relay_peers{source}`` and ``ipxbridge interfaces`` (run in
+    ``ns`` with the same --iface, as a user checks the plan: ``words``, its text)."""
+    problems = []
+    kind = source.split(maxsplit=1)[0]
+    line = bridge.wait_for(rf"relaying between: .*{re.escape(dev)} \(p2p, \d+ peers: .*", 5)[0]
+    for peer in peers:
+        if f"{peer} ({source})" not in line:
+            problems.append(f"the plan line does not name {peer} ({source}): {line}")
+    api = json.loads(bridge_get(ns, "/api/interfaces"))
+    rows = [r for r in (api if isinstance(api, list) else api["relay"]) if r["name"] == dev]
+    got = rows[0]["peer_sources"] if rows else {}
+    if got != dict.fromkeys(peers, source):
+        problems.append(f"/api/interfaces: {dev}'s peer_sources are {got}")
+    metric = f'ipxbridge_relay_peers{{interface="{dev}",source="{kind}"}} {len(peers)}.0'
+    if metric not in bridge_get(ns, "/metrics"):
+        problems.append(f"/metrics has no {metric}")
+    text = sh("ip", "netns", "exec", ns, sys.executable, "-m", "ipxbridge", "interfaces",
+              "--iface", dev).stdout  # fmt: skip
+    if words not in text or not all(peer in text for peer in peers):
+        problems.append(f"ipxbridge interfaces does not say {words!r} for {peers}:\n{text}")
+    return problems
 
 
 def fast_path_on(ns: str) -> bool:
@@ -391,7 +425,6 @@ def tinc_setup(short: str, k: int, mode: str) -> Iterator[Tinc]:
     both connecting to box over an underlay switch."""
     require("ip", "tincd", "nft")
     net = netns(short)
-    where = Path(tempfile.mkdtemp(prefix=f"ixv-{short}-"))
     tag = vpn.unique_tag()
     daemons: list[vpn.Daemon] = []
     try:
@@ -411,7 +444,7 @@ def tinc_setup(short: str, k: int, mode: str) -> Iterator[Tinc]:
                 f"10.8{k}.0.1",
                 f"10.9{k}.0.1",
                 subnets=(f"10.8{k}.0.1/32", lan_prefix) if router else (),
-            ),
+            ),  # its net named after its interface: tinc.conf has no Interface line
             *(
                 vpn.TincNode(
                     f"r{i}",
@@ -422,11 +455,18 @@ def tinc_setup(short: str, k: int, mode: str) -> Iterator[Tinc]:
                     subnets=(f"10.8{k}.0.{i + 1}/32",) if router else (),
                     routes=(lan_prefix,),
                     connect_to=("box",),
+                    net=f"v{i}{short}{tag}",  # /run/tinc.NET.pid is one for all namespaces
                 )
                 for i, ns in ((1, r1), (2, r2))
             ),
         ]
-        daemons = vpn.tinc_network(net, where, nodes, mode=mode)
+        daemons = vpn.tinc_network(net, nodes, mode=mode)
+        # A second net on the box, for another interface (not up here): its nodes are no
+        # peers on the first one's (nets are told apart by the interface each names).
+        other = vpn.etc_of(box) / "tinc" / f"o{short}{tag}"
+        (other / "hosts").mkdir(parents=True)
+        (other / "tinc.conf").write_text(f"Name = box\nInterface = od{short}{tag}\n")
+        (other / "hosts" / "far").write_text(f"Subnet = 10.8{k}.0.99/32\n")
         for node in nodes[1:]:
             vpn.wait_reach(node.ns, station, f"10.7{k}.1.10")
         vpn.wait_reach(r1, r2, f"10.8{k}.0.3")
@@ -443,18 +483,36 @@ def tinc_setup(short: str, k: int, mode: str) -> Iterator[Tinc]:
     finally:
         vpn.stop_all(daemons)
         net.close()
-        shutil.rmtree(where, ignore_errors=True)
 
 
-def tinc_both_ways(t: Tinc, ifaces: Sequence[str], fast_path: str, workdir: Path) -> None:
+def tinc_both_ways(
+    t: Tinc, ifaces: Sequence[str], fast_path: str, workdir: Path, *, peers: int = 0
+) -> None:
+    """The LAN's player finds the nodes' hosts, then r1's finds the LAN's; ``peers``: how
+    many the bridge must have found on the tinc interface before the first search."""
     report = Report()
     bridge = start_bridge(t.net, t.box, ifaces, fast_path, workdir)
     try:
+        if peers:
+            bridge.wait_for(rf"{t.dev} \(p2p, {peers} peers", 5)
+            source = f"tinc /etc/tinc/{t.dev}"  # the box's net is named after its interface
+            report.problems += sources_named(
+                bridge, t.box, t.dev, [n.address for n in t.nodes], source,
+                f"other tinc nodes' host-sized Subnets in {source.split()[1]}/hosts",
+            )  # fmt: skip
         expect_fast_path(report, t.box, fast_path)
         before = {t.box: vpn.Books.read(t.box)}
         cross(report, "LAN -> nodes", t.lan, t.nodes, t.box)
         cross(report, "r1 -> LAN", t.nodes[0], [t.lan], t.box)
         books(report, before, {})
+        if peers and fast_path == "default":
+            # A new node's host file is read on the next round (every 10 s), no restart.
+            hosts = vpn.etc_of(t.box) / "tinc" / t.dev / "hosts"
+            (hosts / "r9").write_text(f"Subnet = {t.nodes[0].address.rsplit('.', 1)[0]}.9\n")
+            try:
+                bridge.wait_for(rf"{t.dev} \(p2p, {peers + 1} peers", 15)
+            finally:
+                (hosts / "r9").unlink()
     finally:
         assert bridge.stop() == 0
     report.check()
@@ -478,10 +536,10 @@ class TestTincRouter:
 
     @pytest.mark.parametrize("fast_path", FAST_PATHS)
     def test_lan_and_nodes_find_each_other(self, topo: Tinc, fast_path: str, workdir: Path) -> None:
-        """A tun device: the bridge unicasts to each peer, and tinc does not say who they
-        are, so they are given on the command line."""
-        peers = ",".join(n.address for n in topo.nodes)
-        tinc_both_ways(topo, ["lanA", f"{topo.dev}:{peers}"], fast_path, workdir)
+        """A tun device: the bridge unicasts to each peer, found in tinc's own files (the
+        host-sized Subnets of /etc/tinc/NET/hosts/*), no list: the nodes only listen until
+        the LAN's player has found them."""
+        tinc_both_ways(topo, ["lanA", topo.dev], fast_path, workdir, peers=len(topo.nodes))
 
 
 @pytest.mark.netns
@@ -506,6 +564,8 @@ class TwoSites:
     lans: list[Place]
     devs: list[str]  # each box's VPN interface
     peers: list[str]  # each box's peer on it ("" when the bridge finds it itself)
+    found: list[str] = field(default_factory=list)  # the peer each finds in its VPN's files
+    names: list[str] = field(default_factory=list)  # each box's Nebula config's name
 
 
 def two_sites_both_ways(t: TwoSites, fast_path: str, workdir: Path) -> None:
@@ -520,6 +580,12 @@ def two_sites_both_ways(t: TwoSites, fast_path: str, workdir: Path) -> None:
         if not t.peers[0]:
             for bridge, dev in zip(bridges, t.devs, strict=True):
                 bridge.wait_for(rf"{dev} \(p2p, 1 peers", 5)
+        for i, far in enumerate(t.found):  # the other site's bridge, from its unsafe route
+            source = f"nebula /etc/nebula/{t.names[i]}.yml"
+            report.problems += sources_named(
+                bridges[i], t.sites[i], t.devs[i], [far], source,
+                f"the via of Nebula's unsafe routes in {source.split()[1]}",
+            )  # fmt: skip
         before = {box: vpn.Books.read(box) for box in t.sites}
         a, b = t.lans
         cross(report, "site A -> site B", a, [b], a.via[0])
@@ -538,7 +604,8 @@ class TestNebula:
     def topo(cls) -> Iterator[TwoSites]:
         """A lighthouse and two site boxes (Nebula .1, .2, .3 in 10.85.0.0/24) on an
         underlay switch; each site's certificate carries its LAN (-subnets) and each routes
-        the other's LAN to it (unsafe_routes)."""
+        the other's LAN to it (unsafe_routes), in /etc/nebula/NAME.yml as Debian's
+        nebula@NAME unit reads it. The bridges get no list of peers."""
         require("ip", "nebula", "nebula-cert", "nft")
         net = netns("n")
         where = Path(tempfile.mkdtemp(prefix="ixv-n-"))
@@ -586,7 +653,9 @@ class TestNebula:
                     Place("site B", lb, "eth0", "10.75.2.10", (sb, "lanB")),
                 ],
                 [f"na{tag}", f"nb{tag}"],
+                ["", ""],  # each bridge finds the other in its unsafe_routes' via
                 ["10.85.0.3", "10.85.0.2"],
+                ["sa", "sb"],
             )
         finally:
             vpn.stop_all(daemons)

@@ -659,6 +659,17 @@ def remove_status(path: Path, *, made_dir: bool) -> None:
 
 # --- tinc 1.0 -----------------------------------------------------------------------------
 
+ETC_NETNS: Final = Path("/etc/netns")
+
+
+def etc_of(ns: str) -> Path:
+    """The namespace's own /etc: ``ip netns exec NS`` bind-mounts each entry of
+    /etc/netns/NS over /etc (ip-netns(8)), so a daemon and a bridge started in NS read their
+    configuration where Debian's units put it, apart from every other namespace's. The
+    entry's target (/etc/tinc, /etc/nebula: made by the packages) must exist.
+    Netns.close removes the directory."""
+    return ETC_NETNS / ns
+
 
 @dataclass
 class TincNode:
@@ -672,20 +683,26 @@ class TincNode:
     subnets: tuple[str, ...] = ()  # router mode: the tinc Subnets it owns
     routes: tuple[str, ...] = ()  # prefixes routed into the VPN by tinc-up
     connect_to: tuple[str, ...] = ()
+    net: str = ""  # the tinc net's name (unit tinc@NET); "" is ifname, tincd's default then
 
 
-def tinc_network(net: Netns, where: Path, nodes: Sequence[TincNode], *, mode: str) -> list[Daemon]:
-    """Configure and start ``nodes`` as one tinc 1.0 VPN in ``mode`` (router or switch).
+def tinc_network(net: Netns, nodes: Sequence[TincNode], *, mode: str) -> list[Daemon]:
+    """Configure and start ``nodes`` as one tinc 1.0 VPN in ``mode`` (router or switch), as
+    Debian's ``tinc@NET`` unit runs it: ``tincd -n NET -D`` reading /etc/tinc/NET.
 
     Keys are 1024-bit RSA made by ``tincd -K`` (it asks nothing when stdin is not a tty);
-    each node's host file (Address, Subnet, public key) is copied to every other node.
-    Each daemon runs in the foreground (``-D``) with its own pid file and ``-c DIR``.
+    each node's host file (Address, Subnet, public key) is copied to every other node. A
+    node whose net is named after its interface has no ``Interface`` line (tincd names the
+    interface after the net).
     """
     via = {n.name: n for n in nodes}
+    confs = {n.name: etc_of(n.ns) / "tinc" / (n.net or n.ifname) for n in nodes}
     for node in nodes:
-        conf = where / node.name
+        conf = confs[node.name]
         (conf / "hosts").mkdir(parents=True)
-        lines = [f"Name = {node.name}", f"Mode = {mode}", f"Interface = {node.ifname}"]
+        lines = [f"Name = {node.name}", f"Mode = {mode}"]
+        if node.net and node.net != node.ifname:
+            lines.append(f"Interface = {node.ifname}")
         lines += [f"ConnectTo = {other}" for other in node.connect_to]
         (conf / "tinc.conf").write_text("\n".join(lines) + "\n")
         host = [f"Address = {node.underlay}", *(f"Subnet = {s}" for s in node.subnets)]
@@ -715,21 +732,15 @@ def tinc_network(net: Netns, where: Path, nodes: Sequence[TincNode], *, mode: st
     for node in nodes:
         for other in nodes:
             if other is not node:
-                shutil.copy(where / other.name / "hosts" / other.name, where / node.name / "hosts")
+                shutil.copy(confs[other.name] / "hosts" / other.name, confs[node.name] / "hosts")
+    # EXTRA="-d 1" (/etc/default/tinc): the connections in the log. The pid file is tincd's
+    # default, /run/tinc.NET.pid: the nets' names are the tests' own.
     return [
         Daemon(
             net,
             node.ns,
-            [
-                "tincd",
-                "-D",
-                "-c",
-                str(where / node.name),
-                f"--pidfile={where / node.name}.pid",
-                "-d",
-                "1",
-            ],
-            where / f"{node.name}.log",
+            ["tincd", "-n", node.net or node.ifname, "-D", "-d", "1"],
+            confs[node.name].parent / f"{node.net or node.ifname}.log",
         )
         for node in nodes
     ]
@@ -752,12 +763,17 @@ class NebulaNode:
     unsafe_routes: tuple[tuple[str, str], ...] = ()  # (prefix, via Nebula address)
 
 
+NEBULA_LAUNCHER: Final = "/usr/lib/nebula/bin/nebula-systemd-launcher"
+
+
 def nebula_network(net: Netns, where: Path, nodes: Sequence[NebulaNode]) -> list[Daemon]:
-    """A CA, certificates and a config for each node (nebula-cert ca/sign), then nebula.
+    """A CA, certificates and a config for each node (nebula-cert ca/sign), then nebula as
+    Debian's ``nebula@NAME`` unit runs it: its launcher, which reads /etc/nebula/NAME.yml
+    (the node's name; in its namespace's /etc, ``etc_of``).
 
     The firewall lets any UDP and TCP in and out; the non-lighthouses find each other
     through the lighthouse, whose underlay address is in everyone's ``static_host_map``.
-    Configs are JSON, which is YAML.
+    Configs are JSON, which is YAML. Certificates and keys stay in ``where``.
     """
     sh(
         "nebula-cert",
@@ -809,10 +825,11 @@ def nebula_network(net: Netns, where: Path, nodes: Sequence[NebulaNode]) -> list
                 "inbound": rules,
             },
         }
-        path = where / f"{node.name}.yml"
+        path = etc_of(node.ns) / "nebula" / f"{node.name}.yml"
+        path.parent.mkdir(parents=True)
         path.write_text(json.dumps(config, indent=1))
         daemons.append(
-            Daemon(net, node.ns, ["nebula", "-config", str(path)], where / f"{node.name}.log")
+            Daemon(net, node.ns, [NEBULA_LAUNCHER, node.name], where / f"{node.name}.log")
         )
     return daemons
 
