@@ -105,13 +105,13 @@ each ingress (rules 7 and 8) are ``policy/port_table.py``'s.
 import itertools
 from collections import Counter
 from collections.abc import Callable
-from enum import StrEnum
-from typing import Final, NamedTuple
+from typing import Final
 
 from ipxbridge.policy.bridges import DeliveryWatch, SegmentBridges
 from ipxbridge.policy.budget import ReflectionLimit
 from ipxbridge.policy.clients import Client, ClientTable, SwitchEvent
 from ipxbridge.policy.connections import is_connection
+from ipxbridge.policy.decision import POLICY_DROP_REASONS, Decision, Outcome, drop
 from ipxbridge.policy.dedup import DuplicateFilter
 from ipxbridge.policy.port_table import Peer, PortTable
 from ipxbridge.policy.ports import Address, Port, PortKind, Segment
@@ -144,76 +144,6 @@ _NO_CHECKSUM: Final = b"\xff\xff"
 _CLIENT_NETS: Final = frozenset((ZERO_NET, ALL_NETS))  # networks clients deliver (rule 10)
 # Rule 9: a packet leaves by a given port at most once in this window, however it came.
 EGRESS_WINDOW: Final = 0.25
-
-
-class Outcome(StrEnum):
-    """What became of a received datagram. Every datagram gets exactly one."""
-
-    FORWARDED = "forwarded"  # relayed to one or more ports
-    CONTROL = "control"  # handled by the bridge itself (registration, ping, keepalive reply)
-    DROPPED = "dropped"  # discarded; ``Decision.detail`` is the drop reason
-
-
-# Closed set of drop reasons the policy can give, besides the codec's WIRE_REASONS.
-POLICY_DROP_REASONS: Final[tuple[str, ...]] = (
-    "unregistered",
-    "not_allowed",
-    "spoofed_source",
-    "clients_full",
-    "unexpected_registration",
-    "loop",
-    "duplicate",
-    "filtered_socket",
-    "destination_on_ingress",
-    "no_destination",
-    "unknown_destination",
-    "hop_limit",
-    "unverified_rate",
-    "unverified_full",
-    "source_port_zero",
-    "own_packet",
-    "egress_repeat",
-    "beacon_replay",
-    "beacon_unbound",  # a beacon that does not echo this bridge's tag there (rule 8)
-)
-
-
-class Decision(NamedTuple):
-    """The result of handling one datagram.
-
-    A named tuple, not a frozen dataclass: one is built per packet, and the dataclass's
-    ``__init__`` cost about 1 µs more (``docs/benchmarks.md``, "Read coalescing").
-
-    Attributes:
-        outcome: forwarded, control or dropped.
-        detail: what kind of that outcome, from a closed set per outcome: the drop reason
-            (``POLICY_DROP_REASONS`` or the codec's), the kind of control packet (``batch``
-            for a coalesced batch, rule 1), or the kind of forward (``broadcast``,
-            ``unicast``, ``flooded``: unknown unicast, to peers).
-        packet: the bytes to send to every port in ``targets`` (None when not forwarding).
-        targets: where ``packet`` goes: UDP addresses and segments.
-        replies: packets the bridge itself sends back, each with its address.
-        header: the IPX header, for packets that were forwarded or delivered to the bridge
-            itself (the DirectPlay inspector looks at their data).
-        inner: for a batch, each packet in it with its own decision, in order (rule 1).
-        client_packet: when set, the copy of ``packet`` for the DOSBox-protocol clients among
-            ``targets``, addressed to their network (rule 10).
-    """
-
-    outcome: Outcome
-    detail: str
-    packet: bytes | None = None
-    targets: tuple[Port, ...] = ()
-    replies: tuple[tuple[bytes, Port], ...] = ()
-    header: IpxHeader | None = None  # set when the payload is worth inspecting
-    held: int = 0  # copies not sent: unverified clients over the reflection limit (rule 2)
-    repeats: int = 0  # copies not sent: the port had this packet within EGRESS_WINDOW (rule 9)
-    inner: tuple[tuple[bytes, "Decision"], ...] = ()  # a batch: (packet, its decision)
-    client_packet: bytes | None = None  # what DOSBox-protocol clients get instead (rule 10)
-
-
-def _drop(reason: str) -> Decision:
-    return Decision(Outcome.DROPPED, reason)
 
 
 class IpxSwitch:
@@ -403,7 +333,7 @@ class IpxSwitch:
     def _register(self, addr: Address, now: float) -> Decision:
         reply = self._clients.register(addr, now)
         if isinstance(reply, str):
-            return _drop(reply)
+            return drop(reply)
         return Decision(Outcome.CONTROL, "registration", replies=((reply, addr),))
 
     # --- the datagram path -----------------------------------------------------------------
@@ -421,14 +351,14 @@ class IpxSwitch:
         try:
             header = parse_header(data)
         except WireError as exc:
-            return _drop(exc.reason)
+            return drop(exc.reason)
         if not header.is_coalesced:
             return self._from_address(src, header, data, now)
         if src not in self.clients and src not in self.peers:
             # Refused whatever it holds: the datagram is refused once, not packet by packet.
             refused = self._clients.refused(src)
             if refused is not None:
-                return _drop(refused)
+                return drop(refused)
         return self._batch(data, lambda h, p: self._from_address(src, h, p, now))
 
     def _uplink_control(self, data: bytes, src: Address, now: float) -> Decision:
@@ -437,9 +367,9 @@ class IpxSwitch:
             return Decision(Outcome.CONTROL, "uplink")  # its own socket acts on these
         server = self.uplink_server
         if server is None:
-            return _drop("uplink_disabled")
+            return drop("uplink_disabled")
         if src in self.peers or src[1] == 0:
-            return _drop("uplink_unexpected")
+            return drop("uplink_unexpected")
         result = server.handle(data, src, now)
         if result.authenticated:
             self.add_uplink(src, "server")
@@ -456,7 +386,7 @@ class IpxSwitch:
             packet, changed = normalise_data(data)
             header = parse_header(packet)
         except WireError as exc:
-            return _drop(exc.reason)
+            return drop(exc.reason)
         if changed:
             self.uplink_normalised[changed] += 1
         if self.uplink_server is not None:
@@ -468,10 +398,10 @@ class IpxSwitch:
     def _from_uplink(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
         """One IPX packet from an uplink: a peer-like port with many nodes behind it."""
         if header.is_registration:
-            return _drop("unexpected_registration")
+            return drop("unexpected_registration")
         node = header.src_node
         if node in self._client_by_node or node == self.bridge_id:
-            return _drop("loop")
+            return drop("loop")
         return self._forward(header, data, src, now, (), hops_in=header.hops, learn=True)
 
     def _from_address(self, src: Address, header: IpxHeader, data: bytes, now: float) -> Decision:
@@ -483,20 +413,20 @@ class IpxSwitch:
             return self._from_peer(src, header, data, now)
         refused = self._clients.refused(src)
         if refused is not None:
-            return _drop(refused)
+            return drop(refused)
         if header.is_registration:
             return self._register(src, now)
         if is_connection(src):
-            return _drop("unregistered")  # a connection registers first; no segment is behind it
+            return drop("unregistered")  # a connection registers first; no segment is behind it
         if self.settings.rejoin and header.src_node == self._clients.node_for(src):
             return self._rejoin(src, header, data, now)
         if src[0] in self.own_ips:
             # Our own broadcast to an RFC 1234 segment, looped back to our socket.
-            return _drop("own_packet")
+            return drop("own_packet")
         segment = self.udp_segment_for(src[0])
         if segment is not None:
             return self._from_segment(segment, header, data, now, segment, sender=src[0])
-        return _drop("unregistered")
+        return drop("unregistered")
 
     def handle_segment(
         self,
@@ -522,7 +452,7 @@ class IpxSwitch:
         try:
             header = parse_header(data)
         except WireError as exc:
-            return _drop(exc.reason)
+            return drop(exc.reason)
         key = (segment, via)
         if header.is_coalesced:
             return self._batch(
@@ -539,13 +469,13 @@ class IpxSwitch:
         try:
             packets = unpack_coalesced(memoryview(data)[HEADER_LEN:])
         except CoalescedError as exc:
-            return _drop(exc.reason)
+            return drop(exc.reason)
         inner: list[tuple[bytes, Decision]] = []
         for packet in packets:
             try:
                 header = parse_header(packet)  # the codec checked checksum and length
             except WireError as exc:
-                inner.append((packet, _drop(exc.reason)))
+                inner.append((packet, drop(exc.reason)))
                 continue
             inner.append((packet, switch_one(header, packet)))
         return Decision(Outcome.CONTROL, "batch", inner=tuple(inner))
@@ -561,12 +491,12 @@ class IpxSwitch:
         sender: object = None,
     ) -> Decision:
         if header.is_registration:
-            return _drop("unexpected_registration")
+            return drop("unexpected_registration")
         if is_beacon(header, data):
             return self._segment_beacon(segment, header, data, now, sender)
         node = header.src_node
         if node in self._client_by_node or node == self.bridge_id:
-            return _drop("loop")
+            return drop("loop")
         if header.dst_node == self.bridge_id:
             return Decision(Outcome.CONTROL, "to_bridge", header=header)
         hops_in = 0 if segment.kind is PortKind.IPXWRAPPER else header.hops  # no hop field
@@ -619,7 +549,7 @@ class IpxSwitch:
         """
         admitted = self._clients.rejoin(src, header.src_node, now)
         if isinstance(admitted, str):
-            return _drop(admitted)
+            return drop(admitted)
         return self._from_client(admitted, header, data, now)
 
     def _from_client(self, client: Client, header: IpxHeader, data: bytes, now: float) -> Decision:
@@ -640,7 +570,7 @@ class IpxSwitch:
             self.remove_client(client.addr, "shutdown")
             return Decision(Outcome.CONTROL, "shutdown")
         if header.src_node != client.node:
-            return _drop("spoofed_source")
+            return drop("spoofed_source")
         if header.dst_node == client.server_node:
             # Addressed to the bridge: the answer to our keepalive, or a reply to one of the
             # bridge's own DirectPlay probes (consumed here, and inspected by the caller).
@@ -663,12 +593,12 @@ class IpxSwitch:
         peer.rx_packets += 1
         peer.rx_bytes += len(data)
         if header.is_registration:
-            return _drop("unexpected_registration")
+            return drop("unexpected_registration")
         if is_beacon(header, data):
             return self._peer_beacon(src, header, data, now)
         node = header.src_node
         if node in self._client_by_node or node == self.bridge_id:
-            return _drop("loop")
+            return drop("loop")
         if self.segments and header.dst_node == self.bridge_id:
             return Decision(Outcome.CONTROL, "to_bridge", header=header)
         return self._forward(header, data, src, now, (), hops_in=header.hops, learn=True)
