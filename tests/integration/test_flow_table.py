@@ -180,6 +180,7 @@ def rewrite_bridge(t: Topo, workdir: Path) -> BridgeProcess:
 
 
 @pytest.mark.netns
+@pytest.mark.alone  # 7,500 sources at flood rate: the players' answers need the bridge's CPU
 def test_spoofed_one_packet_sources_never_lock_a_player_out(topo: Topo, workdir: Path) -> None:
     """Before: 1,024 spoofed sources filled the table for 120 s; every later broadcast was
     still counted as relayed while no copy left (send error FLOW_LIMIT), the player's too.
@@ -239,6 +240,7 @@ def test_spoofed_one_packet_sources_never_lock_a_player_out(topo: Topo, workdir:
 
 
 @pytest.mark.netns
+@pytest.mark.alone  # 2,000 sources a second: beside other tests a player's enumeration was lost
 def test_flow_flood_campaign_script_runs_and_judges(net: Netns) -> None:
     """bench/flow_flood.py (docs/reliability.md R16) still runs: a short flood, both players
     answered every time, evictions exported, descriptors bounded, namespaces removed."""
